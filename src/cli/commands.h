@@ -1,0 +1,15 @@
+/* commands.h - one entry point per subcommand, each in its own file. They
+ * return the process exit code: 0 ok, 1 operation failed, 2 usage error. */
+#ifndef IDEM_CLI_COMMANDS_H
+#define IDEM_CLI_COMMANDS_H
+
+int cmd_serve(int argc, char **argv);   /* serve.c: the HTTP gateway */
+int cmd_keys(int argc, char **argv);    /* keys.c: get, delete, list records */
+int cmd_gc(int argc, char **argv);      /* gc.c: one retention pass */
+int cmd_migrate(int argc, char **argv); /* migrate.c: create/upgrade a schema */
+
+/* Print "idem CMD: MESSAGE" and a hint to run --help, return 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

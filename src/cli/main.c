@@ -1,0 +1,62 @@
+/* main.c - the idem binary: dispatch to a subcommand, nothing else. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "idem/idem.h"
+
+static const char usage[] =
+    "usage: idem <command> [options]\n"
+    "\n"
+    "Makes the effect of a retried request or redelivered message happen once.\n"
+    "\n"
+    "commands:\n"
+    "  serve     HTTP reverse-proxy gateway with Idempotency-Key semantics\n"
+    "  keys      inspect records: get, delete, list\n"
+    "  gc        delete expired records (one pass)\n"
+    "  migrate   create or upgrade a store's schema (PostgreSQL)\n"
+    "  version   print the version\n"
+    "\n"
+    "Run 'idem <command> --help' for a command's options.\n";
+
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+} commands[] = {
+    {"serve", cmd_serve},
+    {"keys", cmd_keys},
+    {"gc", cmd_gc},
+    {"migrate", cmd_migrate},
+};
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "idem %s: ", cmd);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nRun 'idem %s --help' for usage.\n", cmd);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return 2;
+  }
+  const char *name = argv[1];
+  if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (!strcmp(name, "version") || !strcmp(name, "--version")) {
+    printf("idem %s\n", IDEM_VERSION_STRING);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(name, commands[i].name))
+      return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "idem: unknown command '%s'\n\n%s", name, usage);
+  return 2;
+}

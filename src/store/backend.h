@@ -1,0 +1,77 @@
+/*
+ * backend.h - what a store implements, and what the generic layer (store.c)
+ * does for it. Adding a store means one new file with one idem_backend.
+ *
+ * Life of an operation:
+ *   idem_store_submit validates the op, deep-copies it into an idem_req and
+ *   hands it to backend->submit on the loop thread. The backend fills
+ *   req->result (allocating with the helpers below) and calls
+ *   idem_req_finish(req) from ANY thread, exactly once. The generic layer
+ *   then calls the user's callback on the loop thread and frees the req.
+ *
+ * Closing: idem_store_close calls backend->close on the loop thread. The
+ * backend finishes or fails (IDEM_ECLOSED) every req it holds, releases its
+ * own handles, and calls idem_backend_closed(store) on the loop thread. When
+ * that has happened and every req is delivered, close_cb runs.
+ */
+#ifndef IDEM_STORE_BACKEND_H
+#define IDEM_STORE_BACKEND_H
+
+#include <pthread.h>
+
+#include "idem/idem.h"
+
+typedef struct idem_req idem_req;
+
+struct idem_req {
+  idem_op op;        /* deep copy: strings live in storage[] */
+  idem_result result;
+  idem_cb cb;
+  void *arg;
+  idem_store *store;
+  idem_req *next;    /* free for the backend's queues until finished */
+  char storage[];
+};
+
+typedef struct {
+  const char *scheme; /* URI scheme without ':' */
+  /* Set store->impl. On failure return IDEM_E* and may set *errmsg (malloc'd). */
+  int (*open)(idem_store *store, const char *uri, char **errmsg);
+  void (*submit)(idem_store *store, idem_req *req);
+  void (*close)(idem_store *store);
+} idem_backend;
+
+struct idem_store {
+  const idem_backend *backend;
+  uv_loop_t *loop;
+  void *impl;
+  /* completed reqs waiting to be called back on the loop */
+  uv_async_t done_async;
+  pthread_mutex_t done_lock;
+  idem_req *done_head, *done_tail;
+  size_t in_flight; /* submitted, not yet called back (loop thread only) */
+  int closing;
+  int backend_closed;
+  idem_close_cb close_cb;
+  void *close_arg;
+};
+
+/* Complete a req: safe from any thread. */
+void idem_req_finish(idem_req *req);
+/* Shorthand: set result.err and finish. */
+void idem_req_fail(idem_req *req, int err);
+/* The backend has released everything (loop thread). */
+void idem_backend_closed(idem_store *store);
+
+/* Result helpers: allocate result.record / result.records as deep copies. */
+int idem_result_set_record(idem_result *res, const idem_record *rec,
+                           const char *scope, const char *key);
+int idem_result_add_record(idem_result *res, const idem_record *rec,
+                           const char *scope, const char *key);
+
+extern const idem_backend idem_backend_memory;
+extern const idem_backend idem_backend_lmdb;
+extern const idem_backend idem_backend_redis;
+extern const idem_backend idem_backend_postgres;
+
+#endif

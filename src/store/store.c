@@ -1,0 +1,276 @@
+/* store.c - the part of every store that is not about storage: choosing a
+ * backend by URI scheme, validating and copying operations, and delivering
+ * completions on the store's loop whatever thread finished them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/backend.h"
+
+/* Stores still being written are weak until they land. */
+#pragma weak idem_backend_lmdb
+#pragma weak idem_backend_redis
+#pragma weak idem_backend_postgres
+
+static const idem_backend *const backends[] = {
+    &idem_backend_memory, &idem_backend_lmdb, &idem_backend_redis,
+    &idem_backend_postgres,
+};
+
+/* "postgresql://" is libpq's other spelling of "postgres://". */
+static const idem_backend *find_backend(const char *uri) {
+  const char *colon = strchr(uri, ':');
+  if (!colon)
+    return NULL;
+  size_t n = (size_t)(colon - uri);
+  if (n == 10 && !strncmp(uri, "postgresql", 10))
+    return &idem_backend_postgres;
+  for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+    if (backends[i] && strlen(backends[i]->scheme) == n && !strncmp(uri, backends[i]->scheme, n))
+      return backends[i];
+  return NULL;
+}
+
+static char *message(const char *text, const char *uri) {
+  size_t n = strlen(text) + strlen(uri) + 4;
+  char *m = malloc(n);
+  if (m)
+    snprintf(m, n, "%s: %s", text, uri);
+  return m;
+}
+
+static void on_store_freed(uv_handle_t *handle) {
+  idem_store *store = handle->data;
+  if (store->close_cb)
+    store->close_cb(store, store->close_arg);
+  pthread_mutex_destroy(&store->done_lock);
+  free(store);
+}
+
+static void finish_close_if_idle(idem_store *store) {
+  if (store->closing == 1 && store->backend_closed && store->in_flight == 0) {
+    store->closing = 2; /* handle close under way */
+    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
+  }
+}
+
+/* Deliver every finished req on the loop thread, in the order finished. */
+static void on_done(uv_async_t *async) {
+  idem_store *store = async->data;
+  pthread_mutex_lock(&store->done_lock);
+  idem_req *req = store->done_head;
+  store->done_head = store->done_tail = NULL;
+  pthread_mutex_unlock(&store->done_lock);
+  while (req) {
+    idem_req *next = req->next;
+    store->in_flight--;
+    req->cb(store, &req->result, req->arg);
+    idem_result_clear(&req->result);
+    free(req);
+    req = next;
+  }
+  finish_close_if_idle(store);
+}
+
+void idem_req_finish(idem_req *req) {
+  idem_store *store = req->store;
+  req->next = NULL;
+  pthread_mutex_lock(&store->done_lock);
+  if (store->done_tail)
+    store->done_tail->next = req;
+  else
+    store->done_head = req;
+  store->done_tail = req;
+  pthread_mutex_unlock(&store->done_lock);
+  uv_async_send(&store->done_async);
+}
+
+void idem_req_fail(idem_req *req, int err) {
+  idem_result_clear(&req->result);
+  memset(&req->result, 0, sizeof req->result);
+  req->result.err = err;
+  idem_req_finish(req);
+}
+
+void idem_backend_closed(idem_store *store) {
+  store->backend_closed = 1;
+  finish_close_if_idle(store);
+}
+
+int idem_store_open(uv_loop_t *loop, const char *uri, idem_store **out, char **errmsg) {
+  if (errmsg)
+    *errmsg = NULL;
+  if (!loop || !uri || !out)
+    return IDEM_EINVAL;
+  const idem_backend *backend = find_backend(uri);
+  if (!backend) {
+    if (errmsg)
+      *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, postgres://)", uri);
+    return IDEM_EURI;
+  }
+  idem_store *store = calloc(1, sizeof *store);
+  if (!store)
+    return IDEM_ENOMEM;
+  store->backend = backend;
+  store->loop = loop;
+  if (pthread_mutex_init(&store->done_lock, NULL) ||
+      uv_async_init(loop, &store->done_async, on_done)) {
+    free(store);
+    return IDEM_ENOMEM;
+  }
+  store->done_async.data = store;
+  int err = backend->open(store, uri, errmsg);
+  if (err) {
+    /* nothing was submitted: the only thing to release is the async handle */
+    store->closing = 2;
+    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
+    return err;
+  }
+  *out = store;
+  return 0;
+}
+
+void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg) {
+  if (!store || store->closing)
+    return;
+  store->closing = 1;
+  store->close_cb = close_cb;
+  store->close_arg = arg;
+  store->backend->close(store);
+}
+
+const char *idem_store_scheme(const idem_store *store) { return store->backend->scheme; }
+
+/* ---- validation and copying ------------------------------------------- */
+
+#define RESPONSE_PART_MAX (1u << 30)
+
+static int valid_scope(const char *scope) {
+  return !scope || strlen(scope) <= IDEM_SCOPE_MAX;
+}
+
+static int valid_response(const idem_response *r) {
+  if (r->status != 0 && (r->status < 100 || r->status > 999))
+    return 0;
+  if (r->headers_len > RESPONSE_PART_MAX || r->body_len > RESPONSE_PART_MAX)
+    return 0;
+  return (r->headers || !r->headers_len) && (r->body || !r->body_len);
+}
+
+static int valid_key(const char *key) { return key && idem_key_valid(key, strlen(key)); }
+
+static int validate(const idem_op *op) {
+  if (!valid_scope(op->scope))
+    return IDEM_ESCOPE;
+  switch (op->kind) {
+  case IDEM_OP_CLAIM:
+    if (!valid_key(op->key))
+      return IDEM_EKEY;
+    return op->lease_ms > 0 && op->ttl_ms > 0 ? 0 : IDEM_EINVAL;
+  case IDEM_OP_COMPLETE:
+  case IDEM_OP_FAIL:
+    if (!valid_key(op->key))
+      return IDEM_EKEY;
+    return op->fence > 0 && op->ttl_ms > 0 && valid_response(&op->response) ? 0 : IDEM_EINVAL;
+  case IDEM_OP_RELEASE:
+    if (!valid_key(op->key))
+      return IDEM_EKEY;
+    return op->fence > 0 ? 0 : IDEM_EINVAL;
+  case IDEM_OP_GET:
+  case IDEM_OP_DELETE:
+    return valid_key(op->key) ? 0 : IDEM_EKEY;
+  case IDEM_OP_LIST:
+    return !op->key || valid_key(op->key) ? 0 : IDEM_EKEY;
+  case IDEM_OP_GC:
+    return 0;
+  }
+  return IDEM_EINVAL;
+}
+
+static char *copy_into(char **cursor, const char *src, size_t len) {
+  char *dst = *cursor;
+  memcpy(dst, src, len);
+  dst[len] = '\0';
+  *cursor += len + 1;
+  return dst;
+}
+
+/* One allocation holds the req and every byte the op points to. */
+static idem_req *req_new(const idem_op *op) {
+  int has_response = op->kind == IDEM_OP_COMPLETE || op->kind == IDEM_OP_FAIL;
+  size_t scope_len = op->scope ? strlen(op->scope) : 0;
+  size_t key_len = op->key ? strlen(op->key) : 0;
+  size_t hlen = has_response ? op->response.headers_len : 0;
+  size_t blen = has_response ? op->response.body_len : 0;
+  idem_req *req = calloc(1, sizeof *req + scope_len + key_len + hlen + blen + 4);
+  if (!req)
+    return NULL;
+  char *cursor = req->storage;
+  req->op = *op;
+  req->op.scope = op->scope || op->kind != IDEM_OP_LIST ? copy_into(&cursor, op->scope ? op->scope : "", scope_len) : NULL;
+  req->op.key = op->key ? copy_into(&cursor, op->key, key_len) : NULL;
+  memset(&req->op.response, 0, sizeof req->op.response);
+  if (has_response) {
+    req->op.response.status = op->response.status;
+    req->op.response.headers = hlen ? copy_into(&cursor, op->response.headers, hlen) : NULL;
+    req->op.response.headers_len = hlen;
+    req->op.response.body = blen ? copy_into(&cursor, op->response.body, blen) : NULL;
+    req->op.response.body_len = blen;
+  }
+  if ((op->kind == IDEM_OP_LIST || op->kind == IDEM_OP_GC) && req->op.limit == 0)
+    req->op.limit = 1000;
+  return req;
+}
+
+int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
+  if (!store || !op || !cb)
+    return IDEM_EINVAL;
+  if (store->closing)
+    return IDEM_ECLOSED;
+  int err = validate(op);
+  if (err)
+    return err;
+  idem_req *req = req_new(op);
+  if (!req)
+    return IDEM_ENOMEM;
+  req->cb = cb;
+  req->arg = arg;
+  req->store = store;
+  store->in_flight++;
+  store->backend->submit(store, req);
+  return 0;
+}
+
+/* ---- result helpers for backends --------------------------------------- */
+
+static int copy_with_names(idem_record *dst, const idem_record *rec, const char *scope,
+                           const char *key) {
+  idem_record named = *rec;
+  named.scope = scope ? scope : "";
+  named.key = key;
+  return idem_record_copy(dst, &named);
+}
+
+int idem_result_set_record(idem_result *res, const idem_record *rec, const char *scope,
+                           const char *key) {
+  idem_record *copy = calloc(1, sizeof *copy);
+  if (!copy || copy_with_names(copy, rec, scope, key)) {
+    free(copy);
+    res->record = NULL;
+    return IDEM_ENOMEM;
+  }
+  res->record = copy;
+  return 0;
+}
+
+int idem_result_add_record(idem_result *res, const idem_record *rec, const char *scope,
+                           const char *key) {
+  idem_record *grown = realloc(res->records, (res->count + 1) * sizeof *grown);
+  if (!grown)
+    return IDEM_ENOMEM;
+  res->records = grown;
+  if (copy_with_names(&res->records[res->count], rec, scope, key))
+    return IDEM_ENOMEM;
+  res->count++;
+  return 0;
+}
