@@ -1,0 +1,103 @@
+"""Admin listener: /healthz, Prometheus /metrics with request counters,
+GET /keys/KEY shows one record, DELETE /keys/KEY lets the key run again. The
+admin routes are not on the main listener."""
+
+import re
+import urllib.parse
+
+from harness import GatewayTestCase, main
+
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\d+)?$")
+
+
+def parse_metrics(text):
+    """{(name, labels): value}; fails on lines that are not Prometheus text."""
+    out = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            raise ValueError("not a Prometheus sample line: %r" % line)
+        out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+class Admin(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+        self.gw = self.start_gateway(self.up, admin=True)
+
+    def test_healthz(self):
+        r = self.gw.admin_request("GET", "/healthz")
+        self.assertEqual(r.status, 200, self.gw_log())
+
+    def test_metrics_count_requests(self):
+        r = self.gw.admin_request("GET", "/metrics")
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertTrue((r.header("Content-Type") or "").startswith("text/plain"), r)
+        text = r.body.decode()
+        self.assertRegex(text, r"(?m)^# TYPE \S+ counter$")
+        before = parse_metrics(text)
+        self.gw.request("POST", "/m", body=b"x", key="m1")
+        self.gw.request("POST", "/m", body=b"x", key="m1")        # replay
+        self.gw.request("GET", "/m")                               # pass-through
+        after = parse_metrics(self.gw.admin_request("GET", "/metrics").body.decode())
+
+        def total(ms):
+            return sum(v for (n, _), v in ms.items()
+                       if "request" in n and not n.endswith(("_bucket", "_sum")))
+        self.assertGreaterEqual(total(after) - total(before), 3,
+                                "request counters did not count 3 requests:\n%s"
+                                % "\n".join("%s%s %s" % (k[0], k[1], v) for k, v in sorted(after.items())))
+        self.assertTrue(any("replay" in n + l for (n, l) in after),
+                        "no metric counts replays")
+
+    def test_get_and_delete_key(self):
+        r1 = self.gw.request("POST", "/k", body=b"x", key="inspect-me")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        r = self.gw.admin_request("GET", "/keys/inspect-me")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertIn("completed", r.body.decode().lower(), r)
+        self.assertIn("inspect-me", r.body.decode(), r)
+        self.assertEqual(self.gw.admin_request("GET", "/keys/never-seen").status, 404)
+
+        r = self.gw.admin_request("DELETE", "/keys/inspect-me")
+        self.assertIn(r.status, (200, 204), r)
+        self.assertEqual(self.gw.admin_request("GET", "/keys/inspect-me").status, 404)
+        r2 = self.gw.request("POST", "/k", body=b"x", key="inspect-me")
+        self.assertEqual(r2.status, 200)
+        self.assertFalse(r2.replayed, "deleted key replayed: %r" % r2)
+        self.assertEqual(self.up.count("inspect-me"), 2)
+
+    def test_get_key_with_special_characters(self):
+        key = "order 42/a?b"
+        r = self.gw.request("POST", "/k", body=b"x", key='"%s"' % key, headers={"X-Test-Id": "sp"})
+        self.assertEqual(r.status, 200, self.gw_log())
+        r = self.gw.admin_request("GET", "/keys/" + urllib.parse.quote(key, safe=""))
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("completed", r.body.decode().lower())
+
+    def test_processing_record_is_visible(self):
+        import threading
+        t = threading.Thread(target=self.gw.request, args=("POST", "/p"),
+                             kwargs={"body": b"x", "key": "busy",
+                                     "headers": {"X-Test-Delay-Ms": "1000"}}, daemon=True)
+        t.start()
+        self.up.wait_count("busy", 1)
+        r = self.gw.admin_request("GET", "/keys/busy")
+        t.join(30)
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("processing", r.body.decode().lower(), r)
+
+    def test_admin_routes_not_on_main_listener(self):
+        self.gw.request("POST", "/k", body=b"x", key="hidden")
+        r = self.gw.request("DELETE", "/keys/hidden", headers={"X-Test-Id": "del"})
+        # passes through to the upstream like any request; the record stays
+        self.assertEqual(self.up.count("del"), 1)
+        r = self.gw.request("POST", "/k", body=b"x", key="hidden")
+        self.assertTrue(r.replayed, r)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""lmdb durability: a record survives kill -9 and restart; a lease held by a
+crashed gateway is taken over after --lock-ttl with fence 2; a store that
+cannot be opened stops `idem serve` at start with a clear error."""
+
+import os
+import time
+
+from harness import GatewayTestCase, Gateway, main, wait_for
+
+
+class Durability(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_record_survives_kill_9(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
+        r1 = gw.request("POST", "/d", body=b"durable", key="dur",
+                        headers={"X-Test-Status": "201"})
+        self.assertEqual(r1.status, 201, self.gw_log())
+        gw.kill()
+        gw.restart()
+        r2 = gw.request("POST", "/d", body=b"durable", key="dur")
+        self.assertEqual(r2.status, 201, "%r\n%s" % (r2, self.gw_log()))
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r1.body)
+        self.assertEqual(r2.header("Location"), r1.header("Location"))
+        self.assertEqual(self.up.count("dur"), 1)
+        # and a mismatch is still a mismatch after restart
+        self.assertProblem(gw.request("POST", "/d", body=b"other", key="dur"), 422)
+
+    def test_many_records_survive_kill_9(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
+        bodies = {}
+        for i in range(50):
+            r = gw.request("POST", "/m", body=b"%d" % i, key="m%d" % i)
+            self.assertEqual(r.status, 200, self.gw_log())
+            bodies[i] = r.body
+        gw.kill()
+        gw.restart()
+        for i in range(50):
+            r = gw.request("POST", "/m", body=b"%d" % i, key="m%d" % i)
+            self.assertTrue(r.replayed, "record m%d lost after kill -9: %r" % (i, r))
+            self.assertEqual(r.body, bodies[i])
+
+    def test_graceful_restart_keeps_records(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
+        r1 = gw.request("POST", "/g", body=b"x", key="g")
+        self.assertEqual(gw.stop(), 0, self.gw_log())
+        gw.restart()
+        r2 = gw.request("POST", "/g", body=b"x", key="g")
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r1.body)
+
+    def test_lease_taken_over_after_crash(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, "--lock-ttl", "2s", store="lmdb:%s/store" % d)
+        import threading
+        res = {}
+
+        def first():
+            try:
+                res["r"] = gw.request("POST", "/crash", body=b"x", key="crash",
+                                      headers={"X-Test-Delay-Ms": "2000"})
+            except Exception as e:
+                res["err"] = e
+        t = threading.Thread(target=first, daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        self.assertEqual(self.up.wait_count("crash", 1), 1, self.gw_log())
+        gw.kill()
+        t.join(30)
+        self.assertNotIn("r", res, "client got an answer from a killed gateway")
+        gw.restart()
+        r = gw.request("POST", "/crash", body=b"x", key="crash")
+        if time.monotonic() - t0 < 1.7:
+            self.assertProblem(r, 409, "retry inside the crashed gateway's lease")
+
+        def taken_over():
+            rr = gw.request("POST", "/crash", body=b"x", key="crash")
+            return rr if rr.status != 409 else None
+        r = wait_for(taken_over, 20, 0.1, "takeover after --lock-ttl 2s")
+        self.assertGreaterEqual(time.monotonic() - t0, 1.7, "lease ended early")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertFalse(r.replayed)
+        self.assertEqual(self.up.count("crash"), 2)
+        self.assertEqual(self.up.fences("crash"), ["1", "2"])
+
+    def test_unopenable_lmdb_store_fails_at_start(self):
+        d = self.tempdir()
+        blocker = os.path.join(d, "a-file")
+        with open(blocker, "w") as f:
+            f.write("not a directory\n")
+        path = os.path.join(blocker, "store")
+        gw = Gateway(self.up.url, store="lmdb:" + path)
+        self.addCleanup(gw.kill)
+        try:
+            gw.start(timeout=10)
+            started = True
+        except RuntimeError:
+            started = False
+        err = gw.stderr()
+        self.assertFalse(started, "serve started on an unopenable store:\n" + err)
+        self.assertNotEqual(gw.proc.returncode, 0)
+        self.assertNotIn("listening on", err)
+        self.assertTrue(path in err or "store" in err.lower(),
+                        "error does not name the store: %r" % err)
+
+    def test_unwritable_lmdb_dir_fails_at_start(self):
+        if os.geteuid() == 0:
+            self.skipTest("root can write anywhere")
+        d = self.tempdir()
+        os.chmod(d, 0o500)
+        self.addCleanup(os.chmod, d, 0o700)
+        gw = Gateway(self.up.url, store="lmdb:%s/store" % d)
+        self.addCleanup(gw.kill)
+        with self.assertRaises(RuntimeError):
+            gw.start(timeout=10)
+        self.assertNotEqual(gw.proc.returncode, 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Process lifecycle: the ready line, SIGTERM (stop accepting, finish the
+request in flight, exit 0), and bad flag values (exit 2, the flag named with
+the accepted form)."""
+
+import re
+import signal
+import socket
+import threading
+import time
+
+from harness import GatewayTestCase, Gateway, free_port, run_idem, main, wait_for
+
+DURATION_FORM = re.compile(r"\d+\s*(ms|s|m|h)\b")
+SIZE_FORM = re.compile(r"\d+\s*(KiB|MiB|GiB|B)\b")
+
+BAD_FLAGS = [
+    # (flag, value, form regex or None)
+    ("--ttl", "forever", DURATION_FORM),
+    ("--ttl", "10parsecs", DURATION_FORM),
+    ("--lock-ttl", "abc", DURATION_FORM),
+    ("--lock-ttl", "-5s", DURATION_FORM),
+    ("--wait", "soon", DURATION_FORM),
+    ("--upstream-timeout", "30x", DURATION_FORM),
+    ("--max-body", "lots", SIZE_FORM),
+    ("--max-body", "12XB", SIZE_FORM),
+    ("--on-store-error", "maybe", re.compile(r"closed.*open|open.*closed")),
+    ("--listen", "not-an-address", None),
+    ("--listen", "127.0.0.1:99999", None),
+    ("--upstream", "ftp://127.0.0.1:21", None),
+    ("--upstream", "127.0.0.1", None),
+    ("--admin-listen", "nowhere", None),
+]
+
+
+class Lifecycle(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_ready_line_names_the_address(self):
+        gw = self.start_gateway(self.up)
+        self.assertIn("idem serve: listening on 127.0.0.1:%d" % gw.port, gw.stderr())
+
+    def test_sigterm_finishes_in_flight_then_exits_0(self):
+        gw = self.start_gateway(self.up)
+        res = {}
+
+        def slow():
+            try:
+                res["r"] = gw.request("POST", "/slow", body=b"x", key="term",
+                                      headers={"X-Test-Delay-Ms": "2000"})
+            except Exception as e:
+                res["err"] = e
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        self.assertEqual(self.up.wait_count("term", 1), 1, self.gw_log())
+        gw.proc.send_signal(signal.SIGTERM)
+
+        def refused():
+            try:
+                socket.create_connection(("127.0.0.1", gw.port), timeout=0.5).close()
+                return False
+            except OSError:
+                return True
+        wait_for(refused, 1.5, what="listener closed after SIGTERM")
+        self.assertTrue(t.is_alive() or "r" in res)
+        t.join(30)
+        self.assertIn("r", res, "in-flight request lost on SIGTERM: %r\n%s" % (res, self.gw_log()))
+        self.assertEqual(res["r"].status, 200)
+        self.assertEqual(res["r"].json()["exec"], 1)
+        rc = gw.wait_exit(15)
+        self.assertEqual(rc, 0, gw.stderr())
+
+    def test_sigterm_idle_exits_0_promptly(self):
+        gw = self.start_gateway(self.up, admin=True)
+        # an idle keep-alive connection must not hold the exit up
+        s = socket.create_connection(("127.0.0.1", gw.port))
+        self.addCleanup(s.close)
+        s.sendall(b"GET /idle HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.recv(65536)
+        t0 = time.monotonic()
+        gw.proc.send_signal(signal.SIGTERM)
+        rc = gw.wait_exit(15)
+        self.assertEqual(rc, 0, gw.stderr())
+        self.assertLess(time.monotonic() - t0, 5, "idle keep-alive held SIGTERM exit")
+
+    def test_sigterm_with_lmdb_exits_0(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/s" % d)
+        gw.request("POST", "/x", body=b"x", key="k")
+        self.assertEqual(gw.stop(), 0, gw.stderr())
+
+    def test_bad_flag_values_exit_2(self):
+        for flag, value, form in BAD_FLAGS:
+            with self.subTest(flag=flag, value=value):
+                args = ["serve", "--listen", "127.0.0.1:%d" % free_port(),
+                        "--upstream", self.up.url, "--store", "memory:flags"]
+                args += [flag, value]
+                rc, out, err = run_idem(args, timeout=15)
+                self.assertEqual(rc, 2, "%s %s: exit %d, stderr %r" % (flag, value, rc, err))
+                self.assertIn(flag, err, "%s %s: message does not name the flag: %r"
+                              % (flag, value, err))
+                if form:
+                    self.assertRegex(err, form, "%s %s: message lacks the accepted form"
+                                     % (flag, value))
+                self.assertNotIn("listening on", err)
+
+    def test_unknown_flag_and_missing_value_exit_2(self):
+        for args in (["--frobnicate"], ["--ttl"], ["--upstream"]):
+            with self.subTest(args=args):
+                rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port()]
+                                        + args, timeout=15)
+                self.assertEqual(rc, 2, "%s: exit %d %r" % (args, rc, err))
+                self.assertIn(args[0], err)
+
+    def test_missing_upstream_exits_2(self):
+        rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
+                                 "--store", "memory:x"], timeout=15)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--upstream", err)
+
+    def test_listen_port_in_use_fails(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        self.addCleanup(s.close)
+        gw = Gateway(self.up.url, port=s.getsockname()[1])
+        self.addCleanup(gw.kill)
+        with self.assertRaises(RuntimeError):
+            gw.start(timeout=10)
+        self.assertNotEqual(gw.proc.returncode, 0)
+
+    def test_good_flag_forms_accepted(self):
+        gw = self.start_gateway(self.up, "--ttl", "24h", "--lock-ttl", "500ms", "--wait", "0",
+                                "--max-body", "1MiB", "--upstream-timeout", "30s",
+                                "--methods", "POST,PATCH,PUT", "--on-store-error", "open",
+                                "--scope-header", "X-Tenant", "--require-key")
+        r = gw.request("POST", "/ok", body=b"x", key="fine")
+        self.assertEqual(r.status, 200, self.gw_log())
+
+
+if __name__ == "__main__":
+    main()

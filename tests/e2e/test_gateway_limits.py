@@ -1,0 +1,182 @@
+"""Limits and framing: 413 over --max-body, 431 on huge headers, 408 on a
+client that stops mid-request, 400 and a closed connection on ambiguous or
+malformed framing (nothing reaches the upstream), pipelined requests
+answered in order."""
+
+import threading
+
+from harness import GatewayTestCase, RawConn, request_bytes, main
+
+KIB = 1024
+
+
+class Limits(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_413_over_max_body(self):
+        gw = self.start_gateway(self.up, "--max-body", "64KiB")
+        ok = gw.request("POST", "/b", body=b"a" * (64 * KIB), key="atlimit")
+        self.assertEqual(ok.status, 200, "body of exactly --max-body refused: %r\n%s"
+                         % (ok, self.gw_log()))
+        self.assertEqual(ok.json()["body_len"], 64 * KIB)
+        with RawConn(gw.port) as c:
+            c.send_until_answered(request_bytes("POST", "/b", b"a" * (64 * KIB + 1), key="over"))
+            r = c.read_response()
+        self.assertProblem(r, 413, self.gw_log())
+        self.assertEqual(self.up.count("over"), 0)
+        # a retry with a small body under the same key is not blocked by the 413
+        r = gw.request("POST", "/b", body=b"small", key="over")
+        self.assertEqual(r.status, 200)
+
+    def test_413_chunked_over_max_body(self):
+        gw = self.start_gateway(self.up, "--max-body", "1KiB")
+        chunk = b"z" * 512
+        raw = (b"POST /b HTTP/1.1\r\nHost: x\r\nIdempotency-Key: ch413\r\nX-Test-Id: ch413\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" + (b"200\r\n" + chunk + b"\r\n") * 4 + b"0\r\n\r\n")
+        with RawConn(gw.port) as c:
+            c.send_until_answered(raw)
+            r = c.read_response()
+        self.assertProblem(r, 413, self.gw_log())
+        self.assertEqual(self.up.count("ch413"), 0)
+
+    def test_431_huge_headers(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            c.send_until_answered(request_bytes("POST", "/h", b"x", key="big",
+                                                headers={"X-Big": "v" * (256 * KIB)}))
+            r = c.read_response()
+        self.assertProblem(r, 431, self.gw_log())
+        self.assertEqual(self.up.count("big"), 0)
+
+    def test_431_many_headers(self):
+        gw = self.start_gateway(self.up)
+        hdrs = [("X-H%d" % i, "v" * 100) for i in range(2000)]
+        with RawConn(gw.port) as c:
+            c.send_until_answered(request_bytes("GET", "/h", headers=hdrs + [("X-Test-Id", "many")]))
+            r = c.read_response()
+        self.assertProblem(r, 431, self.gw_log())
+        self.assertEqual(self.up.count("many"), 0)
+
+    def test_408_slow_client(self):
+        # No flag sets the client timeout; a gateway must still give up on a
+        # client that stops mid-request (nginx does after 60s). Both halves
+        # run at once to keep the test short.
+        gw = self.start_gateway(self.up)
+        out = {}
+
+        def stall(name, data):
+            try:
+                with RawConn(gw.port, timeout=100) as c:
+                    c.send(data)
+                    out[name] = c.read_response(timeout=95)
+                    out[name + "-closed"] = c.closed(5)
+            except Exception as e:
+                out[name] = e
+        mid_body = (b"POST /slow HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slowb\r\nX-Test-Id: slowb\r\n"
+                    b"Content-Length: 100\r\n\r\nonly-part-of-it")
+        mid_head = b"POST /slow HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slowh\r\nX-Te"
+        ts = [threading.Thread(target=stall, args=a, daemon=True)
+              for a in (("body", mid_body), ("head", mid_head))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(110)
+        for name in ("body", "head"):
+            r = out.get(name)
+            self.assertTrue(hasattr(r, "status"), "%s: no 408 within 95s: %r\n%s"
+                            % (name, r, self.gw_log()))
+            self.assertProblem(r, 408, name)
+            self.assertTrue(out[name + "-closed"], "%s: connection left open after 408" % name)
+        self.assertEqual(self.up.count("slowb"), 0)
+
+    def _bad_framing(self, raw, what, port=None):
+        gw = self.gw
+        with RawConn(gw.port) as c:
+            c.send(raw)
+            try:
+                r = c.read_response()
+            except EOFError:
+                self.fail("%s: connection closed without a 400\n%s" % (what, self.gw_log()))
+            self.assertProblem(r, 400, what)
+            self.assertTrue(c.closed(5), "%s: connection not closed after 400" % what)
+
+    def test_400_bad_framing_closes_connection(self):
+        self.gw = self.start_gateway(self.up)
+        cases = [
+            ("Content-Length with Transfer-Encoding",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f1\r\nContent-Length: 5\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            ("Content-Length with Transfer-Encoding, keyed",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nIdempotency-Key: f2\r\nX-Test-Id: f2\r\n"
+             b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n"),
+            ("two differing Content-Length",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f3\r\nContent-Length: 3\r\n"
+             b"Content-Length: 4\r\n\r\nabcd"),
+            ("differing Content-Length list",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f4\r\nContent-Length: 3, 4\r\n\r\nabcd"),
+            ("bad chunk size",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nIdempotency-Key: f5\r\nX-Test-Id: f5\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
+            ("negative Content-Length",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f6\r\nContent-Length: -1\r\n\r\n"),
+            ("non-numeric Content-Length",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f7\r\nContent-Length: 1x\r\n\r\nab"),
+            ("unknown Transfer-Encoding",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f8\r\nTransfer-Encoding: gzip\r\n\r\nab"),
+            ("garbage request line",
+             b"THIS IS NOT HTTP\r\n\r\n"),
+        ]
+        for what, raw in cases:
+            with self.subTest(case=what):
+                self._bad_framing(raw, what)
+        self.assertEqual(self.up.total(), 0, "malformed requests reached the upstream: %r"
+                         % [(r["id"], r["body"]) for r in self.up.requests()])
+        # the gateway still serves
+        self.assertEqual(self.gw.request("GET", "/ok").status, 200)
+
+    def test_bad_framing_after_good_request_on_same_connection(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/g", b"ok", key="good1"))
+            self.assertEqual(c.read_response().status, 200, self.gw_log())
+            c.send(b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: smug\r\nContent-Length: 5\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertProblem(c.read_response(), 400)
+            self.assertTrue(c.closed(5))
+        self.assertEqual(self.up.count("smug"), 0)
+        self.assertEqual([r for r in self.up.requests() if r["target"] == "/smuggled"], [])
+
+    def test_pipelined_requests_answered_in_order(self):
+        gw = self.start_gateway(self.up)
+        reqs = [
+            request_bytes("POST", "/p1", b"one", key="p1", headers={"X-Test-Delay-Ms": "300"}),
+            request_bytes("GET", "/p2", headers={"X-Test-Id": "p2"}),
+            request_bytes("POST", "/p3", b"three", key="p3", headers={"X-Test-Delay-Ms": "100"}),
+            request_bytes("POST", "/p1", b"one", key="p1"),   # replay of the first
+            request_bytes("GET", "/p5", headers={"X-Test-Id": "p5"}),
+        ]
+        with RawConn(gw.port) as c:
+            c.send(b"".join(reqs))
+            got = [c.read_response(timeout=15) for _ in reqs]
+        targets = [r.json()["target"] if r.status == 200 else r.status for r in got]
+        self.assertEqual(targets, ["/p1", "/p2", "/p3", "/p1", "/p5"], self.gw_log())
+        self.assertFalse(got[0].replayed)
+        self.assertTrue(got[3].replayed, got[3])
+        self.assertEqual(got[3].body, got[0].body)
+        self.assertEqual(self.up.count("p1"), 1)
+
+    def test_pipelined_split_across_writes(self):
+        gw = self.start_gateway(self.up)
+        data = b"".join(request_bytes("POST", "/s%d" % i, b"body%d" % i, key="s%d" % i)
+                        for i in range(4))
+        with RawConn(gw.port) as c:
+            # byte boundaries that split request lines, headers and bodies
+            for i in range(0, len(data), 37):
+                c.send(data[i:i + 37])
+            got = [c.read_response(timeout=15) for _ in range(4)]
+        self.assertEqual([r.json()["target"] for r in got], ["/s0", "/s1", "/s2", "/s3"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Pass-through: methods without semantics and requests without a key reach
+the upstream every time, unchanged; keep-alive on both sides; chunked bodies
+in both directions; --methods."""
+
+import hashlib
+
+from harness import GatewayTestCase, RawConn, request_bytes, main
+
+
+class PassThrough(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_get_passes_through_every_time(self):
+        gw = self.start_gateway(self.up)
+        for i in (1, 2, 3):
+            r = gw.request("GET", "/items?x=1", headers={"X-Test-Id": "get"})
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertEqual(r.json()["exec"], i)
+            self.assertEqual(r.json()["target"], "/items?x=1")
+            self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("get"), 3)
+
+    def test_get_with_key_is_not_deduplicated(self):
+        gw = self.start_gateway(self.up)
+        for i in (1, 2):
+            r = gw.request("GET", "/items", key="getkey")
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("getkey"), 2)
+
+    def test_post_without_key_passes_through(self):
+        gw = self.start_gateway(self.up)
+        for i in (1, 2):
+            r = gw.request("POST", "/orders", body=b'{"a":1}', headers={"X-Test-Id": "nokey"})
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertEqual(r.json()["exec"], i)
+            self.assertEqual(r.json()["body_sha256"], hashlib.sha256(b'{"a":1}').hexdigest())
+            self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("nokey"), 2)
+
+    def test_upstream_status_and_headers_pass_through(self):
+        gw = self.start_gateway(self.up)
+        r = gw.request("GET", "/x", headers={"X-Test-Id": "h", "X-Test-Status": "404",
+                                              "X-Test-Set-Header": "X-Custom: yes"})
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.header("X-Custom"), "yes")
+        self.assertEqual(r.header("Content-Type"), "application/json")
+
+    def test_put_and_delete_pass_through_by_default(self):
+        gw = self.start_gateway(self.up)
+        for m in ("PUT", "DELETE"):
+            for _ in (1, 2):
+                r = gw.request(m, "/r", body=b"x" if m == "PUT" else None, key="k-" + m)
+                self.assertEqual(r.status, 200, self.gw_log())
+                self.assertFalse(r.replayed, r)
+            self.assertEqual(self.up.count("k-" + m), 2, m)
+
+    def test_patch_has_semantics_by_default(self):
+        gw = self.start_gateway(self.up)
+        r1 = gw.request("PATCH", "/r", body=b"p", key="kp")
+        r2 = gw.request("PATCH", "/r", body=b"p", key="kp")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(self.up.count("kp"), 1)
+
+    def test_methods_flag(self):
+        gw = self.start_gateway(self.up, "--methods", "PUT")
+        r1 = gw.request("PUT", "/r", body=b"p", key="kput")
+        r2 = gw.request("PUT", "/r", body=b"p", key="kput")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(self.up.count("kput"), 1)
+        # POST is no longer in the list: passes through
+        gw.request("POST", "/r", body=b"p", key="kpost")
+        r = gw.request("POST", "/r", body=b"p", key="kpost")
+        self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("kpost"), 2)
+
+    def test_client_keep_alive_reuse(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            for i in range(5):
+                c.send(request_bytes("POST", "/ka", b"b%d" % i, key="ka%d" % i))
+                r = c.read_response()
+                self.assertEqual(r.status, 200, self.gw_log())
+                self.assertNotEqual((r.header("Connection") or "").lower(), "close", r)
+            for i in range(3):
+                c.send(request_bytes("GET", "/ka-get", headers={"X-Test-Id": "kaget"}))
+                self.assertEqual(c.read_response().status, 200)
+            self.assertFalse(c.closed(0.2), "gateway closed a keep-alive connection")
+
+    def test_upstream_connections_are_reused(self):
+        gw = self.start_gateway(self.up)
+        for i in range(10):
+            r = gw.request("POST", "/pool", body=b"x", key="pool%d" % i)
+            self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(self.up.total(), 10)
+        self.assertLessEqual(self.up.connections(), 2,
+                             "10 sequential requests used %d upstream connections"
+                             % self.up.connections())
+
+    def test_chunked_request_body(self):
+        gw = self.start_gateway(self.up)
+        body = b"hello chunked world" * 10
+        chunks = [body[:7], body[7:100], body[100:]]
+        raw = (b"POST /chunked HTTP/1.1\r\nHost: x\r\nIdempotency-Key: ck\r\nX-Test-Id: ck\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+        for ch in chunks:
+            raw += b"%x\r\n%s\r\n" % (len(ch), ch)
+        raw += b"0\r\n\r\n"
+        with RawConn(gw.port) as c:
+            c.send(raw)
+            r = c.read_response()
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertFalse(r.replayed)
+        seen = self.up.requests("ck")
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0]["body"], body)
+        # the same body sent with Content-Length is the same request: replay
+        r2 = gw.request("POST", "/chunked", body=body, key="ck")
+        self.assertEqual(r2.status, 200)
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r.body)
+        self.assertEqual(self.up.count("ck"), 1)
+
+    def test_chunked_request_body_without_key(self):
+        gw = self.start_gateway(self.up)
+        raw = (b"POST /c HTTP/1.1\r\nHost: x\r\nX-Test-Id: cnk\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        with RawConn(gw.port) as c:
+            c.send(raw)
+            r = c.read_response()
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertEqual(self.up.requests("cnk")[0]["body"], b"abcde")
+            c.send(request_bytes("GET", "/after", headers={"X-Test-Id": "after"}))
+            self.assertEqual(c.read_response().status, 200)
+
+    def test_chunked_upstream_response_and_replay(self):
+        gw = self.start_gateway(self.up)
+        r1 = gw.request("POST", "/ch", body=b"z", key="chr", headers={"X-Test-Chunked": "1"})
+        self.assertEqual(r1.status, 200, self.gw_log())
+        doc = r1.json()
+        self.assertEqual(doc["exec"], 1)
+        r2 = gw.request("POST", "/ch", body=b"z", key="chr")
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r1.body)
+        # and a chunked pass-through response on a kept-alive connection
+        with RawConn(gw.port) as c:
+            for _ in range(2):
+                c.send(request_bytes("GET", "/chg", headers={"X-Test-Chunked": "1", "X-Test-Id": "chg"}))
+                r = c.read_response()
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.json()["target"], "/chg")
+        self.assertEqual(self.up.count("chr"), 1)
+
+
+if __name__ == "__main__":
+    main()

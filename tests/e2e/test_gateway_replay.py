@@ -1,0 +1,166 @@
+"""Claim, complete, replay: the first request runs once, a retry gets the
+stored status, headers and body with Idempotent-Replayed: true; a different
+request under a used key is 422; which upstream statuses are stored and which
+release the key; the fence reaches the upstream; retention (--ttl)."""
+
+import time
+
+from harness import GatewayTestCase, main, wait_for
+
+STORED = (200, 201, 302, 400, 404, 422)
+RELEASED = (408, 409, 425, 429, 500, 503)
+
+
+class Replay(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_first_runs_once_retry_replays(self):
+        gw = self.start_gateway(self.up)
+        hdrs = {"Content-Type": "application/json",
+                "X-Test-Set-Header": "X-Custom: first-run"}
+        r1 = gw.request("POST", "/orders?x=1", body=b'{"n":1}', key="order-1", headers=hdrs)
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertFalse(r1.replayed, "first response says replayed: %r" % r1)
+        self.assertEqual(r1.json()["exec"], 1)
+        self.assertEqual(r1.header("X-Custom"), "first-run")
+        for _ in range(3):
+            r = gw.request("POST", "/orders?x=1", body=b'{"n":1}', key="order-1", headers=hdrs)
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.replayed, r)
+            self.assertEqual(r.header("Idempotent-Replayed"), "true")
+            self.assertEqual(r.body, r1.body)
+            self.assertEqual(r.header("X-Custom"), "first-run")
+            self.assertEqual(r.header("X-Upstream-Exec"), "1")
+            self.assertEqual(r.header("Content-Type"), "application/json")
+        self.assertEqual(self.up.count("order-1"), 1)
+
+    def test_retry_with_other_headers_still_replays(self):
+        # the fingerprint is method, target and body: headers do not count
+        gw = self.start_gateway(self.up)
+        r1 = gw.request("POST", "/h", body=b"x", key="hk", headers={"X-Whatever": "a"})
+        r2 = gw.request("POST", "/h", body=b"x", key="hk", headers={"X-Whatever": "b"})
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(self.up.count("hk"), 1)
+
+    def test_keys_are_independent(self):
+        gw = self.start_gateway(self.up)
+        for k in ("a1", "a2", "a3"):
+            r = gw.request("POST", "/same", body=b"same", key=k)
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertFalse(r.replayed)
+            self.assertEqual(self.up.count(k), 1)
+
+    def _mismatch(self, first, second):
+        gw = self.start_gateway(self.up)
+        r1 = gw.request(*first[:2], body=first[2], key="mm")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        r2 = gw.request(*second[:2], body=second[2], key="mm")
+        self.assertProblem(r2, 422)
+        self.assertFalse(r2.replayed)
+        self.assertEqual(self.up.count("mm"), 1)
+        # the record is unchanged: the original request still replays
+        r3 = gw.request(*first[:2], body=first[2], key="mm")
+        self.assertTrue(r3.replayed, r3)
+        self.assertEqual(r3.body, r1.body)
+
+    def test_422_different_body(self):
+        self._mismatch(("POST", "/a", b"one"), ("POST", "/a", b"two"))
+
+    def test_422_different_method(self):
+        self._mismatch(("POST", "/a", b"one"), ("PATCH", "/a", b"one"))
+
+    def test_422_different_path(self):
+        self._mismatch(("POST", "/a", b"one"), ("POST", "/b", b"one"))
+
+    def test_422_different_query(self):
+        self._mismatch(("POST", "/a?x=1", b"one"), ("POST", "/a?x=2", b"one"))
+
+    def test_422_while_processing(self):
+        gw = self.start_gateway(self.up)
+        import threading
+        res = {}
+        t = threading.Thread(target=lambda: res.setdefault("r", gw.request(
+            "POST", "/slow", body=b"one", key="mp", headers={"X-Test-Delay-Ms": "800"})))
+        t.start()
+        self.up.wait_count("mp", 1)
+        r = gw.request("POST", "/slow", body=b"two", key="mp")
+        t.join(30)
+        self.assertProblem(r, 422, self.gw_log())
+        self.assertEqual(res["r"].status, 200)
+        self.assertEqual(self.up.count("mp"), 1)
+
+    def test_stored_statuses_replay(self):
+        gw = self.start_gateway(self.up)
+        for st in STORED:
+            k = "stored-%d" % st
+            h = {"X-Test-Status": str(st)}
+            r1 = gw.request("POST", "/s", body=b"b", key=k, headers=h)
+            self.assertEqual(r1.status, st, self.gw_log())
+            self.assertFalse(r1.replayed)
+            r2 = gw.request("POST", "/s", body=b"b", key=k, headers=h)
+            self.assertEqual(r2.status, st, "status %d not stored: %r" % (st, r2))
+            self.assertTrue(r2.replayed, "status %d: %r" % (st, r2))
+            self.assertEqual(r2.body, r1.body, st)
+            if st in (201, 302):
+                self.assertEqual(r2.header("Location"), r1.header("Location"), st)
+                self.assertTrue(r1.header("Location"))
+            self.assertEqual(self.up.count(k), 1, "status %d ran again" % st)
+
+    def test_released_statuses_run_again(self):
+        gw = self.start_gateway(self.up)
+        for st in RELEASED:
+            k = "released-%d" % st
+            h = {"X-Test-Status": str(st)}
+            r1 = gw.request("POST", "/s", body=b"b", key=k, headers=h)
+            self.assertEqual(r1.status, st, self.gw_log())
+            self.assertFalse(r1.replayed)
+            r2 = gw.request("POST", "/s", body=b"b", key=k, headers=h)
+            self.assertEqual(r2.status, st, "status %d: %r" % (st, r2))
+            self.assertFalse(r2.replayed, "status %d was stored: %r" % (st, r2))
+            self.assertEqual(r2.json()["exec"], 2, st)
+            self.assertEqual(self.up.count(k), 2, "status %d did not release" % st)
+            f = [int(x) for x in self.up.fences(k)]
+            self.assertGreater(f[1], f[0], "fence went back after release of %d: %s" % (st, f))
+            # once the upstream succeeds the result is stored
+            r3 = gw.request("POST", "/s", body=b"b", key=k)
+            self.assertEqual(r3.status, 200)
+            r4 = gw.request("POST", "/s", body=b"b", key=k)
+            self.assertTrue(r4.replayed, r4)
+            self.assertEqual(r4.body, r3.body)
+            self.assertEqual(self.up.count(k), 3)
+
+    def test_fence_reaches_upstream(self):
+        gw = self.start_gateway(self.up)
+        gw.request("POST", "/f", body=b"x", key="fk")
+        self.assertEqual(self.up.fences("fk"), ["1"])
+
+    def test_client_cannot_forge_fence(self):
+        gw = self.start_gateway(self.up)
+        r = gw.request("POST", "/f", body=b"x", key="forge", headers={"Idempotency-Fence": "999"})
+        self.assertEqual(r.status, 200, self.gw_log())
+        seen = self.up.requests("forge")[0]["fences_seen"]
+        self.assertEqual(seen, ["1"], "upstream saw client-supplied fence: %r" % seen)
+
+    def test_ttl_expiry_runs_again(self):
+        gw = self.start_gateway(self.up, "--ttl", "1s")
+        t0 = time.monotonic()
+        r1 = gw.request("POST", "/t", body=b"x", key="ttl")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        r2 = gw.request("POST", "/t", body=b"x", key="ttl")
+        if time.monotonic() - t0 < 0.9:
+            self.assertTrue(r2.replayed, r2)
+
+        def ran_again():
+            r = gw.request("POST", "/t", body=b"x", key="ttl")
+            return r if not r.replayed else None
+        r3 = wait_for(ran_again, 10, 0.1, "record to expire after --ttl 1s")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9, "expired before its ttl")
+        self.assertEqual(r3.status, 200)
+        self.assertEqual(r3.json()["exec"], 2)
+        self.assertEqual(self.up.count("ttl"), 2)
+
+
+if __name__ == "__main__":
+    main()

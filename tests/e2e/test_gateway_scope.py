@@ -1,0 +1,73 @@
+"""--scope-header: the same key in two scopes is two records (runs twice,
+never replays the other tenant's response); the header value is not stored
+in clear."""
+
+import os
+
+from harness import GatewayTestCase, main, run_idem
+
+SECRET_A = "Bearer sk-live-ALPHA-7c1d9e3f5a0b2468ace13579bdf02468"
+SECRET_B = "Bearer sk-live-BRAVO-0f9e8d7c6b5a49382716afbecd051234"
+
+
+class Scope(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_same_key_two_scopes_runs_twice(self):
+        gw = self.start_gateway(self.up, "--scope-header", "Authorization")
+        ra = gw.request("POST", "/s", body=b"x", key="shared", headers={"Authorization": SECRET_A})
+        rb = gw.request("POST", "/s", body=b"x", key="shared", headers={"Authorization": SECRET_B})
+        self.assertEqual((ra.status, rb.status), (200, 200), self.gw_log())
+        self.assertFalse(rb.replayed, "tenant B got tenant A's replay: %r" % rb)
+        self.assertEqual(self.up.count("shared"), 2)
+        self.assertEqual(rb.json()["exec"], 2)
+        ra2 = gw.request("POST", "/s", body=b"x", key="shared", headers={"Authorization": SECRET_A})
+        rb2 = gw.request("POST", "/s", body=b"x", key="shared", headers={"Authorization": SECRET_B})
+        self.assertTrue(ra2.replayed and rb2.replayed, (ra2, rb2))
+        self.assertEqual(ra2.body, ra.body)
+        self.assertEqual(rb2.body, rb.body)
+        self.assertEqual(self.up.count("shared"), 2)
+        # fences are per record: each scope's first claim is fence 1
+        self.assertEqual(self.up.fences("shared"), ["1", "1"])
+
+    def test_scope_does_not_leak_mismatch(self):
+        # a different body under the same key in another scope is not a 422
+        gw = self.start_gateway(self.up, "--scope-header", "X-Tenant")
+        ra = gw.request("POST", "/s", body=b"a", key="k", headers={"X-Tenant": "a"})
+        rb = gw.request("POST", "/s", body=b"b", key="k", headers={"X-Tenant": "b"})
+        self.assertEqual((ra.status, rb.status), (200, 200), self.gw_log())
+
+    def test_without_scope_header_flag_tenants_share(self):
+        gw = self.start_gateway(self.up)
+        gw.request("POST", "/s", body=b"x", key="k", headers={"X-Tenant": "a"})
+        r = gw.request("POST", "/s", body=b"x", key="k", headers={"X-Tenant": "b"})
+        self.assertTrue(r.replayed, r)
+
+    def test_scope_value_not_stored_in_clear(self):
+        d = self.tempdir()
+        store = "lmdb:%s/store" % d
+        gw = self.start_gateway(self.up, "--scope-header", "Authorization", store=store)
+        for s in (SECRET_A, SECRET_B):
+            r = gw.request("POST", "/s", body=b"x", key="secret-key", headers={"Authorization": s})
+            self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(gw.stop(), 0, self.gw_log())
+        needles = [s.encode() for s in (SECRET_A, SECRET_B)] + [b"ALPHA-7c1d9e3f", b"BRAVO-0f9e8d7c"]
+        files = []
+        for root, _, names in os.walk(d):
+            for n in names:
+                files.append(os.path.join(root, n))
+        self.assertTrue(files, "lmdb store wrote no files under %s" % d)
+        for p in files:
+            with open(p, "rb") as f:
+                data = f.read()
+            for nd in needles:
+                self.assertNotIn(nd, data, "scope value %r stored in clear in %s" % (nd, p))
+        rc, out, err = run_idem(["keys", "list", "--store", store])
+        if rc == 0:
+            for nd in needles:
+                self.assertNotIn(nd.decode(), out + err, "idem keys list shows the scope value")
+
+
+if __name__ == "__main__":
+    main()

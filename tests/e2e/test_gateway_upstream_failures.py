@@ -1,0 +1,93 @@
+"""Upstream failures: unreachable before sending is 502 and releases the key;
+sent but unanswered (timeout: 504, closed: 502) keeps the lease, so an
+immediate retry is 409 and one after --lock-ttl takes over with fence 2."""
+
+import time
+
+from harness import GatewayTestCase, Upstream, free_port, main, wait_for
+
+
+class UpstreamFailures(GatewayTestCase):
+    def test_upstream_down_502_and_released(self):
+        port = free_port()
+        gw = self.start_gateway("http://127.0.0.1:%d" % port)
+        r = gw.request("POST", "/down", body=b"x", key="down")
+        self.assertProblem(r, 502, self.gw_log())
+        r = gw.request("GET", "/down-get")
+        self.assertProblem(r, 502)
+        up = Upstream(port).start()
+        self.addCleanup(up.stop)
+        r = gw.request("POST", "/down", body=b"x", key="down")
+        self.assertEqual(r.status, 200, "retry after upstream came up: %r\n%s" % (r, self.gw_log()))
+        self.assertFalse(r.replayed)
+        self.assertEqual(up.count("down"), 1)
+        r2 = gw.request("POST", "/down", body=b"x", key="down")
+        self.assertTrue(r2.replayed, r2)
+
+    def test_upstream_timeout_504_lease_kept_then_takeover(self):
+        up = self.start_upstream()
+        lock_ttl = 3.0
+        gw = self.start_gateway(up, "--upstream-timeout", "500ms", "--lock-ttl", "3s")
+        t0 = time.monotonic()
+        r = gw.request("POST", "/hang", body=b"x", key="hang", headers={"X-Test-Hang": "1"})
+        took = time.monotonic() - t0
+        self.assertProblem(r, 504, self.gw_log())
+        self.assertLess(took, 5, "504 took %.1fs with --upstream-timeout 500ms" % took)
+        self.assertGreaterEqual(took, 0.4, "504 before --upstream-timeout 500ms")
+        r = gw.request("POST", "/hang", body=b"x", key="hang")
+        if time.monotonic() - t0 < lock_ttl - 0.3:
+            self.assertProblem(r, 409, "immediate retry after 504")
+            self.assertIsNotNone(r.header("Retry-After"))
+        self.assertEqual(up.count("hang"), 1)
+
+        def taken_over():
+            rr = gw.request("POST", "/hang", body=b"x", key="hang")
+            return rr if rr.status != 409 else None
+        r = wait_for(taken_over, 20, 0.1, "takeover after --lock-ttl 3s")
+        self.assertGreaterEqual(time.monotonic() - t0, lock_ttl - 0.3, "lease ended early")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertEqual(up.count("hang"), 2)
+        self.assertEqual(up.fences("hang"), ["1", "2"])
+        r2 = gw.request("POST", "/hang", body=b"x", key="hang")
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r.body)
+
+    def test_upstream_closes_without_answer_502_lease_kept(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--lock-ttl", "30s")
+        r = gw.request("POST", "/close", body=b"x", key="cl", headers={"X-Test-Close": "1"})
+        self.assertProblem(r, 502, self.gw_log())
+        self.assertEqual(up.count("cl"), 1, "POST was re-sent to the upstream")
+        r = gw.request("POST", "/close", body=b"x", key="cl")
+        self.assertProblem(r, 409, "retry after a sent-but-unanswered request")
+        self.assertIsNotNone(r.header("Retry-After"))
+        self.assertEqual(up.count("cl"), 1)
+        # the gateway still works for other keys (pooled connection not reused dead)
+        r = gw.request("POST", "/close", body=b"x", key="other")
+        self.assertEqual(r.status, 200)
+
+    def test_closes_then_takeover_with_higher_fence(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--lock-ttl", "2s")
+        t0 = time.monotonic()
+        r = gw.request("POST", "/close", body=b"x", key="clt", headers={"X-Test-Close": "1"})
+        self.assertProblem(r, 502, self.gw_log())
+
+        def taken_over():
+            rr = gw.request("POST", "/close", body=b"x", key="clt")
+            return rr if rr.status != 409 else None
+        r = wait_for(taken_over, 20, 0.1, "takeover after --lock-ttl 2s")
+        self.assertGreaterEqual(time.monotonic() - t0, 1.7)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(up.fences("clt"), ["1", "2"])
+
+    def test_upstream_5xx_passes_through_without_key(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up)
+        r = gw.request("GET", "/e", headers={"X-Test-Status": "503", "X-Test-Id": "g"})
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.header("Content-Type"), "application/json")
+
+
+if __name__ == "__main__":
+    main()
