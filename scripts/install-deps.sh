@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install-deps.sh - install what building, testing and benchmarking idem
+# needs, from Debian's packages. Idempotent: installs only what is missing.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config clang libclang-rt-14-dev
+  libuv1-dev libhttp-parser-dev liblmdb-dev lmdb-utils libhiredis-dev libpq-dev libssl-dev
+  libcmocka-dev python3 curl
+  redis-server postgresql nginx-light wrk procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  # policy-rc.d keeps the packaged services (nginx, redis, postgresql) from
+  # starting: tests start their own servers on free ports.
+  $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $sudo rm -f /usr/sbin/policy-rc.d
+fi

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# test.sh - build and run every test: unit (cmocka), the store contract suite
+# on memory, LMDB, Redis and PostgreSQL (servers started by the tests), and
+# the end-to-end tests of the idem binary. Usage: scripts/test.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+scripts/install-deps.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDEM_WERROR=ON ${IDEM_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j"$(nproc)"
+cd "$build"
+ctest --output-on-failure -j"$(nproc)" ${IDEM_CTEST_ARGS:-}
