@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install-check.sh BUILD_DIR SOURCE_DIR - install into a temporary prefix and
+# build examples/claim_once.c against it with pkg-config, shared and static;
+# run both: the first run executes, the second replays.
+set -euo pipefail
+build=$1
+src=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+pc_dir=$(dirname "$(find "$tmp/prefix" -name idem.pc | head -1)")
+export PKG_CONFIG_PATH=$pc_dir
+test -f "$tmp/prefix/include/idem/idem.h"
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cflags --libs idem) \
+  -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/claim_once_shared"
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cflags idem) \
+  "$(pkg-config --variable=libdir idem)/libidem.a" $(pkg-config --libs --static idem | sed 's/-lidem//') \
+  -o "$tmp/claim_once_static"
+first=$("$tmp/claim_once_shared" "lmdb:$tmp/store" order-7)
+second=$("$tmp/claim_once_static" "lmdb:$tmp/store" order-7)
+echo "first:  $first"
+echo "second: $second"
+[[ $first == "ran: charged 10 EUR (fence 1)" ]]
+[[ $second == "replayed: charged 10 EUR" ]]
+echo "install check: 1 passed, 0 failed"
