@@ -1,0 +1,27 @@
+/*
+ * lmdb.h - what the LMDB store offers beyond the store interface: counters
+ * for metrics (the gateway's /metrics can export them).
+ */
+#ifndef IDEM_STORE_LMDB_H
+#define IDEM_STORE_LMDB_H
+
+#include <stdint.h>
+
+#include "idem/idem.h"
+
+typedef struct {
+  uint64_t commits;      /* durable write transactions committed */
+  uint64_t ops_written;  /* operations applied by those commits */
+  uint64_t ops_read;     /* operations answered from a read snapshot alone */
+  uint64_t max_batch;    /* most operations in one commit so far */
+  uint64_t swept;        /* expired records deleted by the sweeper and gc */
+  uint64_t errors_full;  /* operations refused with IDEM_EFULL (map full) */
+  uint64_t errors_store; /* operations failed with IDEM_ESTORE or IDEM_ECORRUPT */
+} idem_lmdb_stats;
+
+/* Counters of the environment behind an lmdb: store handle (shared by every
+ * handle on the same path in this process). IDEM_EINVAL when store is not an
+ * LMDB store. Safe from any thread. */
+int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out);
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * lmdb_writer.c - the one writer thread of an LMDB environment: group commit.
+ *
+ * Handles on any loop queue their writes here. Each turn the writer takes
+ * everything queued (up to batch_max), applies it in one write transaction,
+ * commits it (LMDB's default: data pages, fsync, meta page, fsync) and only
+ * then finishes the reqs, so nothing is acknowledged before it is on disk and
+ * the cost of one fsync is shared by every request that arrived while the
+ * previous one ran. The writer re-reads each record inside the transaction
+ * and re-runs idem_transition: the caller's read snapshot may be stale.
+ *
+ * A full map (MDB_MAP_FULL) fails the transaction as a whole; the writer
+ * aborts it, refuses the operation that did not fit with IDEM_EFULL and
+ * retries the rest, so one oversized response cannot take a batch down.
+ *
+ * Between batches the writer runs retention: one chunk (sweep_batch records,
+ * one short transaction) of an IDEM_OP_GC request or of the background sweep,
+ * then serves the queue again, so a long sweep never stalls claims for more
+ * than one chunk.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/scoped_key.h"
+#include "store/lmdb_env.h"
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int lmdb_error(lmdb_env *e, int rc) {
+  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL) {
+    atomic_fetch_add(&e->errors_full, 1);
+    return IDEM_EFULL;
+  }
+  atomic_fetch_add(&e->errors_store, 1);
+  return rc == ENOMEM ? IDEM_ENOMEM : IDEM_ESTORE;
+}
+
+static void reset_result(idem_req *req) {
+  idem_result_clear(&req->result);
+  memset(&req->result, 0, sizeof req->result);
+}
+
+static int scratch_reserve(lmdb_env *e, size_t len) {
+  if (len <= e->scratch_cap)
+    return 0;
+  size_t cap = e->scratch_cap ? e->scratch_cap : 4096;
+  while (cap < len)
+    cap *= 2;
+  unsigned char *p = realloc(e->scratch, cap);
+  if (!p)
+    return ENOMEM;
+  e->scratch = p;
+  e->scratch_cap = cap;
+  return 0;
+}
+
+/* Apply one operation inside txn. Outcomes that belong to the request (stale
+ * fence, corrupt record, not found) go into req->result and return 0; an MDB
+ * error that spoils the transaction is returned. */
+static int apply_one(lmdb_env *e, MDB_txn *txn, idem_req *req, int64_t now) {
+  const idem_op *op = &req->op;
+  idem_result *res = &req->result;
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  MDB_val k = {idem_scoped_key_encode(op->scope, op->key, skey), skey}, v;
+  idem_record cur, *curp = NULL;
+
+  int rc = mdb_get(txn, e->records, &k, &v);
+  if (rc == 0) {
+    int err = idem_record_decode(v.mv_data, v.mv_size, &cur);
+    if (err && op->kind != IDEM_OP_DELETE) {
+      atomic_fetch_add(&e->errors_store, 1);
+      res->err = err;
+      return 0;
+    }
+    curp = err ? NULL : &cur;
+    if (err) /* delete removes even an unreadable record */
+      cur.expires_at = INT64_MIN;
+  } else if (rc != MDB_NOTFOUND) {
+    return rc;
+  }
+
+  if (op->kind == IDEM_OP_DELETE) {
+    if (rc == MDB_NOTFOUND) {
+      res->err = IDEM_ENOTFOUND;
+      return 0;
+    }
+    if ((rc = lmdb_expiry_update(e, txn, skey, k.mv_size, cur.expires_at, INT64_MIN)) != 0)
+      return rc;
+    if ((rc = mdb_del(txn, e->records, &k, NULL)) != 0)
+      return rc;
+    res->count = 1;
+    return 0;
+  }
+
+  idem_record next;
+  int write = idem_transition(curp, op, now, &next, res);
+  if (res->record) { /* borrowed from cur, which lives in the map: copy it */
+    const idem_record *shown = res->record;
+    res->record = NULL;
+    if (idem_result_set_record(res, shown, op->scope, op->key)) {
+      reset_result(req);
+      res->err = IDEM_ENOMEM;
+      return 0;
+    }
+  }
+  if (write != IDEM_WRITE_PUT || res->err)
+    return 0;
+  /* encode before touching the map: next borrows from cur */
+  size_t len = idem_record_encoded_len(&next);
+  if (scratch_reserve(e, len)) {
+    reset_result(req);
+    res->err = IDEM_ENOMEM;
+    return 0;
+  }
+  idem_record_encode(&next, e->scratch);
+  int64_t old_at = curp ? cur.expires_at : INT64_MIN;
+  if ((rc = lmdb_expiry_update(e, txn, skey, k.mv_size, old_at, next.expires_at)) != 0)
+    return rc;
+  MDB_val nv = {len, e->scratch};
+  return mdb_put(txn, e->records, &k, &nv, 0);
+}
+
+/* One durable transaction for reqs[0..n); finishes every req. */
+static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
+  memset(e->refused, 0, n);
+  for (;;) {
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(e->env, NULL, 0, &txn);
+    size_t i = 0;
+    if (rc == 0) {
+      int64_t now = idem_now_ms();
+      for (; i < n; i++) {
+        if (e->refused[i])
+          continue;
+        reset_result(reqs[i]);
+        if ((rc = apply_one(e, txn, reqs[i], now)) != 0)
+          break;
+      }
+      if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL) {
+        /* the txn is spoilt: drop the op that did not fit, redo the rest */
+        mdb_txn_abort(txn);
+        e->refused[i] = 1;
+        idem_req_fail(reqs[i], lmdb_error(e, rc));
+        continue;
+      }
+      if (rc == 0)
+        rc = mdb_txn_commit(txn); /* frees txn, whatever it returns */
+      else
+        mdb_txn_abort(txn);
+    }
+    if (rc) {
+      int err = lmdb_error(e, rc);
+      for (i = 0; i < n; i++)
+        if (!e->refused[i])
+          idem_req_fail(reqs[i], err);
+      return;
+    }
+    size_t done = 0;
+    for (i = 0; i < n; i++)
+      if (!e->refused[i]) {
+        idem_req_finish(reqs[i]);
+        done++;
+      }
+    atomic_fetch_add(&e->commits, 1);
+    atomic_fetch_add(&e->ops_written, done);
+    if (done > atomic_load(&e->max_batch))
+      atomic_store(&e->max_batch, done);
+    return;
+  }
+}
+
+/* One retention chunk in its own transaction. Returns 0 or an IDEM_E code. */
+static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
+  MDB_txn *txn;
+  *deleted = 0;
+  *more = 0;
+  int rc = mdb_txn_begin(e->env, NULL, 0, &txn);
+  if (rc)
+    return lmdb_error(e, rc);
+  rc = lmdb_sweep(e, txn, idem_now_ms(), limit, deleted, more);
+  if (rc) {
+    mdb_txn_abort(txn);
+    *deleted = 0;
+    return lmdb_error(e, rc);
+  }
+  if (*deleted == 0) {
+    mdb_txn_abort(txn); /* nothing changed: no need to sync */
+    return 0;
+  }
+  if ((rc = mdb_txn_commit(txn)) != 0) {
+    *deleted = 0;
+    return lmdb_error(e, rc);
+  }
+  atomic_fetch_add(&e->swept, *deleted);
+  return 0;
+}
+
+/* Serve one chunk of the oldest IDEM_OP_GC request; finish it when done. */
+static void gc_step(lmdb_env *e, idem_req *gc) {
+  size_t limit = gc->op.limit ? gc->op.limit : 1000;
+  size_t want = limit - gc->result.count, deleted;
+  if (want > e->opt.sweep_batch)
+    want = e->opt.sweep_batch;
+  int more;
+  int err = sweep_chunk(e, want, &deleted, &more);
+  gc->result.count += deleted;
+  if (!err && more && gc->result.count < limit)
+    return; /* next turn */
+  pthread_mutex_lock(&e->lock);
+  e->gc_head = gc->next;
+  if (!e->gc_head)
+    e->gc_tail = NULL;
+  pthread_mutex_unlock(&e->lock);
+  if (err)
+    idem_req_fail(gc, err);
+  else
+    idem_req_finish(gc);
+}
+
+static void *writer_main(void *arg) {
+  lmdb_env *e = arg;
+  int64_t interval = e->opt.sweep_interval_ms;
+  int64_t next_sweep = mono_ms() + interval;
+  int sweeping = 0;
+
+  pthread_mutex_lock(&e->lock);
+  for (;;) {
+    if (interval && !sweeping && mono_ms() >= next_sweep)
+      sweeping = 1;
+    while (!e->queue_head && !e->gc_head && !sweeping && !e->stopping) {
+      if (!interval) {
+        pthread_cond_wait(&e->wake, &e->lock);
+        continue;
+      }
+      int64_t now = mono_ms();
+      if (now >= next_sweep) {
+        sweeping = 1;
+        break;
+      }
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      int64_t wait = next_sweep - now;
+      ts.tv_sec += wait / 1000;
+      ts.tv_nsec += (wait % 1000) * 1000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+      pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+    }
+    if (e->stopping && !e->queue_head)
+      break;
+    size_t n = 0;
+    while (e->queue_head && n < e->opt.batch_max) {
+      idem_req *req = e->queue_head;
+      e->queue_head = req->next;
+      e->batch[n++] = req;
+    }
+    if (!e->queue_head)
+      e->queue_tail = NULL;
+    idem_req *gc = e->gc_head;
+    pthread_mutex_unlock(&e->lock);
+
+    if (n)
+      apply_batch(e, e->batch, n);
+    if (gc) {
+      gc_step(e, gc);
+    } else if (sweeping) {
+      size_t deleted;
+      int more;
+      if (sweep_chunk(e, e->opt.sweep_batch, &deleted, &more) || !more) {
+        sweeping = 0;
+        next_sweep = mono_ms() + interval;
+      }
+    }
+    pthread_mutex_lock(&e->lock);
+  }
+  /* closing: a gc request still running reports what it deleted so far */
+  idem_req *gc = e->gc_head;
+  e->gc_head = e->gc_tail = NULL;
+  pthread_mutex_unlock(&e->lock);
+  while (gc) {
+    idem_req *next = gc->next;
+    idem_req_finish(gc);
+    gc = next;
+  }
+  return NULL;
+}
+
+int lmdb_writer_start(lmdb_env *e) {
+  pthread_condattr_t attr;
+  e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
+  e->refused = calloc(e->opt.batch_max, 1);
+  if (!e->batch || !e->refused)
+    goto fail;
+  if (pthread_mutex_init(&e->lock, NULL))
+    goto fail;
+  if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
+      pthread_cond_init(&e->wake, &attr)) {
+    pthread_mutex_destroy(&e->lock);
+    goto fail;
+  }
+  pthread_condattr_destroy(&attr);
+  if (pthread_create(&e->writer, NULL, writer_main, e)) {
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->lock);
+    goto fail;
+  }
+  return 0;
+fail:
+  free(e->batch);
+  free(e->refused);
+  e->batch = NULL;
+  e->refused = NULL;
+  return IDEM_ENOMEM;
+}
+
+void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
+  req->next = NULL;
+  pthread_mutex_lock(&e->lock);
+  if (req->op.kind == IDEM_OP_GC) {
+    if (e->gc_tail)
+      e->gc_tail->next = req;
+    else
+      e->gc_head = req;
+    e->gc_tail = req;
+  } else {
+    if (e->queue_tail)
+      e->queue_tail->next = req;
+    else
+      e->queue_head = req;
+    e->queue_tail = req;
+  }
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+}
+
+void lmdb_writer_stop(lmdb_env *e) {
+  pthread_mutex_lock(&e->lock);
+  e->stopping = 1;
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+  pthread_join(e->writer, NULL);
+  pthread_cond_destroy(&e->wake);
+  pthread_mutex_destroy(&e->lock);
+  free(e->batch);
+  free(e->refused);
+  free(e->scratch);
+}
