@@ -1,0 +1,296 @@
+/*
+ * keys.c - idem keys get|delete|list: inspect records in any store.
+ *
+ * Generic over store URIs through the blocking facade. Records print as JSON
+ * (one object per line for list, so the output pipes into jq or grep).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "idem/idem.h"
+
+#define DEFAULT_STORE "lmdb:./idem-data"
+
+static const char usage[] =
+    "usage: idem keys get KEY    [--store URI] [--scope S]\n"
+    "       idem keys delete KEY [--store URI] [--scope S]\n"
+    "       idem keys list [AFTER] [--store URI] [--scope S] [--limit N]\n"
+    "\n"
+    "Inspect idempotency records. get and list print JSON: state, fence,\n"
+    "timestamps (UTC and Unix ms), response status and sizes. list prints one\n"
+    "record per line in key order, live records only (AFTER: start after that key).\n"
+    "\n"
+    "options:\n"
+    "  --store URI   store to use (default " DEFAULT_STORE ")\n"
+    "  --scope S     tenant scope (default: none; list: every scope unless given)\n"
+    "  --limit N     list: at most N records (default: all)\n"
+    "  -h, --help    this text\n";
+
+/* ---- JSON output ------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+  size_t len;
+  uint32_t min, c;
+  if (p[0] < 0x80)
+    return 1;
+  if ((p[0] & 0xe0) == 0xc0) len = 2, min = 0x80, c = p[0] & 0x1f;
+  else if ((p[0] & 0xf0) == 0xe0) len = 3, min = 0x800, c = p[0] & 0x0f;
+  else if ((p[0] & 0xf8) == 0xf0) len = 4, min = 0x10000, c = p[0] & 0x07;
+  else return 0;
+  if (len > n)
+    return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+    c = c << 6 | (p[i] & 0x3f);
+  }
+  if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+    return 0;
+  return len;
+}
+
+/* A JSON string. Bytes that are not UTF-8 become U+FFFD: the output stays
+ * valid JSON whatever a scope holds. */
+static void json_string(FILE *out, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strlen(s);
+  fputc('"', out);
+  for (size_t i = 0; i < n;) {
+    unsigned char c = p[i];
+    if (c == '"' || c == '\\') {
+      fputc('\\', out);
+      fputc(c, out);
+      i++;
+    } else if (c < 0x20 || c == 0x7f) {
+      static const char *named[0x20] = {['\b'] = "\\b", ['\f'] = "\\f", ['\n'] = "\\n",
+                                        ['\r'] = "\\r", ['\t'] = "\\t"};
+      if (c < 0x20 && named[c])
+        fputs(named[c], out);
+      else
+        fprintf(out, "\\u%04x", c);
+      i++;
+    } else {
+      size_t len = utf8_len(p + i, n - i);
+      if (len) {
+        fwrite(p + i, 1, len, out);
+        i += len;
+      } else {
+        fputs("\\ufffd", out);
+        i++;
+      }
+    }
+  }
+  fputc('"', out);
+}
+
+static void json_time(FILE *out, const char *name, int64_t ms) {
+  fprintf(out, ",\"%s\":", name);
+  if (ms <= 0) {
+    fprintf(out, "null,\"%s_ms\":null", name);
+    return;
+  }
+  time_t secs = (time_t)(ms / 1000);
+  struct tm tm;
+  char buf[32];
+  if (gmtime_r(&secs, &tm) && strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm))
+    fprintf(out, "\"%s.%03dZ\"", buf, (int)(ms % 1000));
+  else
+    fputs("null", out);
+  fprintf(out, ",\"%s_ms\":%lld", name, (long long)ms);
+}
+
+static void print_record(FILE *out, const idem_record *rec) {
+  fputs("{\"scope\":", out);
+  json_string(out, rec->scope ? rec->scope : "");
+  fputs(",\"key\":", out);
+  json_string(out, rec->key ? rec->key : "");
+  fprintf(out, ",\"state\":\"%s\",\"fence\":%llu", idem_state_name(rec->state),
+          (unsigned long long)rec->fence);
+  json_time(out, "created_at", rec->created_at);
+  json_time(out, "updated_at", rec->updated_at);
+  json_time(out, "locked_until", rec->locked_until);
+  json_time(out, "expires_at", rec->expires_at);
+  fputs(",\"response\":", out);
+  if (rec->response.status)
+    fprintf(out, "{\"status\":%d,\"headers_bytes\":%zu,\"body_bytes\":%zu}", rec->response.status,
+            rec->response.headers_len, rec->response.body_len);
+  else
+    fputs("null", out);
+  fputs("}\n", out);
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+typedef struct {
+  const char *action;
+  const char *key;
+  const char *store;
+  const char *scope;
+  size_t limit; /* 0: all */
+} keys_args;
+
+/* "--name VALUE" or "--name=VALUE": 1 when matched (value set), 0 when not
+ * this option, -1 when the value is missing. */
+static int take_value(const char *name, int argc, char **argv, int *i, const char **value) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n))
+    return 0;
+  if (argv[*i][n] == '=') {
+    *value = argv[*i] + n + 1;
+    return 1;
+  }
+  if (argv[*i][n] != '\0')
+    return 0;
+  if (*i + 1 >= argc)
+    return -1;
+  *value = argv[++*i];
+  return 1;
+}
+
+static int parse_args(int argc, char **argv, keys_args *a) {
+  const char *positional[3];
+  int npos = 0;
+  memset(a, 0, sizeof *a);
+  a->store = DEFAULT_STORE;
+  for (int i = 1; i < argc; i++) {
+    const char *limit = NULL;
+    int r;
+    if ((r = take_value("--store", argc, argv, &i, &a->store)) ||
+        (r = take_value("--scope", argc, argv, &i, &a->scope)) ||
+        (r = take_value("--limit", argc, argv, &i, &limit))) {
+      if (r < 0)
+        return cli_usage_error("keys", "%s needs a value", argv[i]);
+      if (limit) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(limit, &end, 10);
+        if (errno || end == limit || *end || limit[0] == '-' || n == 0)
+          return cli_usage_error("keys", "--limit '%s': want a positive number", limit);
+        a->limit = (size_t)n;
+      }
+      continue;
+    }
+    if (!strcmp(argv[i], "--")) {
+      while (++i < argc && npos < 3)
+        positional[npos++] = argv[i];
+      if (i < argc)
+        return cli_usage_error("keys", "too many arguments");
+      break;
+    }
+    if (argv[i][0] == '-' && argv[i][1] != '\0')
+      return cli_usage_error("keys", "unknown option '%s'", argv[i]);
+    if (npos == 3)
+      return cli_usage_error("keys", "too many arguments");
+    positional[npos++] = argv[i];
+  }
+  if (npos == 0)
+    return cli_usage_error("keys", "missing action: get, delete or list");
+  a->action = positional[0];
+  int is_list = !strcmp(a->action, "list");
+  if (!is_list && strcmp(a->action, "get") && strcmp(a->action, "delete"))
+    return cli_usage_error("keys", "unknown action '%s' (get, delete, list)", a->action);
+  if (npos > 2)
+    return cli_usage_error("keys", "too many arguments");
+  a->key = npos == 2 ? positional[1] : NULL;
+  if (!is_list && !a->key)
+    return cli_usage_error("keys", "%s needs a KEY", a->action);
+  if (a->key && !idem_key_valid(a->key, strlen(a->key)))
+    return cli_usage_error("keys", "'%s' is not a valid key (1-255 printable ASCII characters)", a->key);
+  if (a->scope && strlen(a->scope) > IDEM_SCOPE_MAX)
+    return cli_usage_error("keys", "--scope is longer than %d bytes", IDEM_SCOPE_MAX);
+  if (a->limit && !is_list)
+    return cli_usage_error("keys", "--limit applies to list only");
+  return 0;
+}
+
+/* ---- actions ----------------------------------------------------------- */
+
+static int fail_op(const keys_args *a, int err) {
+  fprintf(stderr, "idem keys %s: %s%s%s: %s (%s)\n", a->action, a->scope ? a->scope : "",
+          a->scope ? "/" : "", a->key ? a->key : "", idem_strerror(err), idem_errname(err));
+  return 1;
+}
+
+static int run_list(idem_sync *sync, const keys_args *a) {
+  /* Within one scope, page through in key order. Across every scope there
+   * is no resume point in the API (a key alone does not say which scope),
+   * so that list is one operation. */
+  size_t want = a->limit ? a->limit : SIZE_MAX;
+  size_t page = a->scope ? 1000 : want;
+  char after[IDEM_KEY_MAX + 1] = "";
+  if (a->key)
+    snprintf(after, sizeof after, "%s", a->key);
+  size_t shown = 0;
+  for (;;) {
+    idem_op op = {.kind = IDEM_OP_LIST, .scope = a->scope, .key = after[0] ? after : NULL};
+    op.limit = want - shown < page ? want - shown : page;
+    idem_result res;
+    int err = idem_sync_run(sync, &op, &res);
+    if (err) {
+      idem_result_clear(&res);
+      return fail_op(a, err);
+    }
+    for (size_t i = 0; i < res.count; i++)
+      print_record(stdout, &res.records[i]);
+    shown += res.count;
+    int more = a->scope && res.count == op.limit && shown < want;
+    if (more)
+      snprintf(after, sizeof after, "%s", res.records[res.count - 1].key);
+    idem_result_clear(&res);
+    if (!more)
+      break;
+  }
+  return fflush(stdout) ? 1 : 0;
+}
+
+int cmd_keys(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+  keys_args a;
+  int rc = parse_args(argc, argv, &a);
+  if (rc)
+    return rc;
+
+  idem_sync *sync;
+  char *errmsg = NULL;
+  int err = idem_sync_open(a.store, &sync, &errmsg);
+  if (err) {
+    fprintf(stderr, "idem keys: cannot open store '%s': %s\n", a.store,
+            errmsg ? errmsg : idem_strerror(err));
+    free(errmsg);
+    return 1;
+  }
+  if (!strcmp(a.action, "list")) {
+    rc = run_list(sync, &a);
+  } else {
+    int del = !strcmp(a.action, "delete");
+    idem_op op = {.kind = del ? IDEM_OP_DELETE : IDEM_OP_GET, .scope = a.scope, .key = a.key};
+    idem_result res;
+    err = idem_sync_run(sync, &op, &res);
+    if (err) {
+      rc = fail_op(&a, err);
+    } else if (del) {
+      fputs("{\"scope\":", stdout);
+      json_string(stdout, a.scope ? a.scope : "");
+      fputs(",\"key\":", stdout);
+      json_string(stdout, a.key);
+      printf(",\"deleted\":%zu}\n", res.count);
+    } else if (res.record) {
+      print_record(stdout, res.record);
+    }
+    idem_result_clear(&res);
+    if (!rc && fflush(stdout))
+      rc = 1;
+  }
+  idem_sync_close(sync);
+  return rc;
+}
