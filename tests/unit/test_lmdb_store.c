@@ -1,0 +1,555 @@
+/*
+ * test_lmdb_store.c - what the LMDB store promises beyond the contract
+ * suite: clear errors for bad paths and foreign files, durability across a
+ * reopen, group commit, a full map refused per request, the expiry index,
+ * gc and the background sweeper, handles sharing one environment.
+ */
+#include <fcntl.h>
+#include <lmdb.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "idem/idem.h"
+#include "store/lmdb.h"
+
+#define TTL_LONG_MS (3600 * 1000)
+#define DEADLINE_MS 10000
+
+static char root[256];
+static int dir_seq;
+
+/* A fresh path under this run's temp dir (not created). */
+static const char *fresh_path(char *buf, size_t n) {
+  snprintf(buf, n, "%s/s%d", root, ++dir_seq);
+  return buf;
+}
+
+static char *uri_of(const char *path, const char *opts) {
+  static char buf[4][512];
+  static int next;
+  char *u = buf[next++ % 4];
+  snprintf(u, 512, "lmdb:%s%s%s", path, opts ? "?" : "", opts ? opts : "");
+  return u;
+}
+
+static void rm_rf(const char *path) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+  assert_int_equal(system(cmd), 0);
+}
+
+static int open_err(const char *uri, char **msg) {
+  idem_sync *s = NULL;
+  int err = idem_sync_open(uri, &s, msg);
+  if (!err)
+    idem_sync_close(s);
+  return err;
+}
+
+static idem_op claim_op(const char *scope, const char *key, int64_t ttl_ms) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = scope, .key = key, .lease_ms = 30000,
+                .ttl_ms = ttl_ms};
+  assert_int_equal(idem_fingerprint("POST", "/t", key, strlen(key), 0, op.fingerprint), 0);
+  return op;
+}
+
+static idem_op complete_op(const char *scope, const char *key, uint64_t fence, const char *body,
+                           size_t body_len, int64_t ttl_ms) {
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .scope = scope, .key = key, .fence = fence,
+                .ttl_ms = ttl_ms};
+  op.response.status = 200;
+  op.response.body = body;
+  op.response.body_len = body_len;
+  return op;
+}
+
+/* claim + complete through the facade; returns the complete's error. */
+static int put_completed(idem_sync *s, const char *key, const char *body, size_t len, int64_t ttl) {
+  idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+  idem_result res;
+  int err = idem_sync_run(s, &op, &res);
+  uint64_t fence = res.fence;
+  idem_outcome outcome = res.outcome;
+  idem_result_clear(&res);
+  if (err)
+    return err;
+  assert_int_equal(outcome, IDEM_CLAIMED);
+  op = complete_op(NULL, key, fence, body, len, ttl);
+  err = idem_sync_run(s, &op, &res);
+  idem_result_clear(&res);
+  return err;
+}
+
+static int get_state(idem_sync *s, const char *key, idem_state *state) {
+  idem_op op = {.kind = IDEM_OP_GET, .key = key};
+  idem_result res;
+  int err = idem_sync_run(s, &op, &res);
+  if (!err)
+    *state = res.record->state;
+  idem_result_clear(&res);
+  return err;
+}
+
+static size_t run_gc(idem_sync *s, size_t limit) {
+  idem_op op = {.kind = IDEM_OP_GC, .limit = limit};
+  idem_result res;
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  size_t n = res.count;
+  idem_result_clear(&res);
+  return n;
+}
+
+/* ---- opening ----------------------------------------------------------- */
+
+static void bad_uris_are_refused(void **state) {
+  (void)state;
+  char p[300], *msg = NULL;
+  fresh_path(p, sizeof p);
+  assert_int_equal(open_err("lmdb:", &msg), IDEM_EURI);
+  assert_non_null(msg);
+  free(msg);
+  assert_int_equal(open_err(uri_of(p, "colour=blue"), &msg), IDEM_EURI);
+  assert_non_null(strstr(msg, "colour"));
+  free(msg);
+  assert_int_equal(open_err(uri_of(p, "map_size=lots"), &msg), IDEM_EURI);
+  free(msg);
+  assert_int_equal(open_err(uri_of(p, "batch=0"), &msg), IDEM_EURI);
+  free(msg);
+  assert_int_equal(open_err(uri_of(p, "map_size"), &msg), IDEM_EURI);
+  free(msg);
+  /* nothing was created for a refused URI */
+  assert_int_not_equal(access(p, F_OK), 0);
+  assert_int_equal(open_err(uri_of(p, "map_size=8MiB&batch=16&sweep_interval=off"), NULL), 0);
+}
+
+static void uncreatable_path_is_a_clear_error(void **state) {
+  (void)state;
+  char file[300], path[400], *msg = NULL;
+  fresh_path(file, sizeof file);
+  int fd = open(file, O_CREAT | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  /* under a regular file: ENOTDIR */
+  snprintf(path, sizeof path, "%s/store", file);
+  assert_int_equal(open_err(uri_of(path, NULL), &msg), IDEM_ESTORE);
+  assert_non_null(strstr(msg, path));
+  assert_non_null(strstr(msg, "Not a directory"));
+  free(msg);
+  /* two levels missing */
+  snprintf(path, sizeof path, "%s/missing/store", root);
+  assert_int_equal(open_err(uri_of(path, NULL), &msg), IDEM_ESTORE);
+  assert_non_null(strstr(msg, "No such file"));
+  free(msg);
+}
+
+static void foreign_files_are_not_stores(void **state) {
+  (void)state;
+  char p[300], f[400], *msg = NULL;
+  /* a regular file */
+  fresh_path(p, sizeof p);
+  FILE *fp = fopen(p, "w");
+  fputs("hello\n", fp);
+  fclose(fp);
+  assert_int_equal(open_err(uri_of(p, NULL), &msg), IDEM_ENOTSTORE);
+  free(msg);
+  /* a directory holding something else: left untouched */
+  fresh_path(p, sizeof p);
+  assert_int_equal(mkdir(p, 0700), 0);
+  snprintf(f, sizeof f, "%s/notes.txt", p);
+  fp = fopen(f, "w");
+  fclose(fp);
+  assert_int_equal(open_err(uri_of(p, NULL), &msg), IDEM_ENOTSTORE);
+  free(msg);
+  snprintf(f, sizeof f, "%s/data.mdb", p);
+  assert_int_not_equal(access(f, F_OK), 0);
+  /* data.mdb that is not LMDB */
+  fresh_path(p, sizeof p);
+  assert_int_equal(mkdir(p, 0700), 0);
+  snprintf(f, sizeof f, "%s/data.mdb", p);
+  fp = fopen(f, "w");
+  for (int i = 0; i < 4096; i++)
+    fputs("not lmdb", fp);
+  fclose(fp);
+  assert_int_equal(open_err(uri_of(p, NULL), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "not an LMDB file"));
+  free(msg);
+  /* an LMDB environment written by something else */
+  fresh_path(p, sizeof p);
+  assert_int_equal(mkdir(p, 0700), 0);
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_open(env, p, 0, 0600), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, NULL, 0, &dbi), 0);
+  MDB_val k = {3, "foo"}, v = {3, "bar"};
+  assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+  assert_int_equal(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  assert_int_equal(open_err(uri_of(p, NULL), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "not an idem store"));
+  free(msg);
+}
+
+static void records_survive_a_reopen(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  struct stat st;
+  assert_int_equal(stat(p, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  assert_int_equal(put_completed(s, "kept", "body", 4, TTL_LONG_MS), 0);
+  idem_sync_close(s);
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  idem_op op = claim_op(NULL, "kept", TTL_LONG_MS);
+  idem_result res;
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+  assert_int_equal(res.record->response.body_len, 4);
+  assert_memory_equal(res.record->response.body, "body", 4);
+  idem_result_clear(&res);
+  idem_sync_close(s);
+}
+
+/* ---- group commit ------------------------------------------------------ */
+
+typedef struct {
+  idem_store *store;
+  int pending, failed;
+} burst;
+
+typedef struct {
+  burst *b;
+  char key[32];
+} slot;
+
+static void on_complete(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  burst *b = arg;
+  if (res->err)
+    b->failed++;
+  b->pending--;
+}
+
+static void on_claim(idem_store *store, const idem_result *res, void *arg) {
+  burst *b = ((slot *)arg)->b;
+  const char *key = ((slot *)arg)->key;
+  if (res->err || res->outcome != IDEM_CLAIMED) {
+    b->failed++;
+    b->pending--;
+    return;
+  }
+  idem_op op = complete_op(NULL, key, res->fence, "ok", 2, TTL_LONG_MS);
+  assert_int_equal(idem_store_submit(store, &op, on_complete, b), 0);
+}
+
+static void on_closed(idem_store *store, void *arg) {
+  (void)store;
+  *(int *)arg = 1;
+}
+
+/* n claim+complete pairs in flight at once on one loop. */
+static void run_burst(const char *uri, int n, const char *prefix, idem_lmdb_stats *st) {
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  burst b = {0};
+  assert_int_equal(idem_store_open(&loop, uri, &b.store, NULL), 0);
+  slot slots[256];
+  assert_true(n <= 256);
+  for (int i = 0; i < n; i++) {
+    slots[i].b = &b;
+    snprintf(slots[i].key, sizeof slots[i].key, "%s-%d", prefix, i);
+    idem_op op = claim_op(NULL, slots[i].key, TTL_LONG_MS);
+    assert_int_equal(idem_store_submit(b.store, &op, on_claim, &slots[i]), 0);
+    b.pending++;
+  }
+  while (b.pending)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(b.failed, 0);
+  assert_int_equal(idem_lmdb_stats_get(b.store, st), 0);
+  int closed = 0;
+  idem_store_close(b.store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void concurrent_writes_share_commits(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_lmdb_stats st;
+  run_burst(uri_of(p, NULL), 128, "g", &st);
+  assert_int_equal(st.ops_written, 256);
+  assert_true(st.commits < 256 / 4); /* 128 claims went out before the first commit */
+  assert_true(st.max_batch > 1);
+  assert_int_equal(st.errors_full + st.errors_store, 0);
+
+  /* batch=1: one commit per operation, for comparison */
+  fresh_path(p, sizeof p);
+  run_burst(uri_of(p, "batch=1"), 16, "one", &st);
+  assert_int_equal(st.commits, 32);
+  assert_int_equal(st.max_batch, 1);
+}
+
+static void replays_do_not_go_through_the_writer(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &store, NULL), 0);
+  idem_sync *s; /* a second handle on the same environment */
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  assert_int_equal(put_completed(s, "r", "x", 1, TTL_LONG_MS), 0);
+  idem_lmdb_stats before, after;
+  assert_int_equal(idem_lmdb_stats_get(store, &before), 0);
+  idem_op op = claim_op(NULL, "r", TTL_LONG_MS);
+  idem_result res;
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(idem_sync_run(s, &op, &res), 0);
+    assert_int_equal(res.outcome, IDEM_REPLAY);
+    idem_result_clear(&res);
+  }
+  assert_int_equal(idem_lmdb_stats_get(store, &after), 0);
+  assert_int_equal(after.commits, before.commits);
+  assert_int_equal(after.ops_read, before.ops_read + 10);
+  idem_sync_close(s);
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* ---- a full map -------------------------------------------------------- */
+
+static void on_result(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  int *slot = arg;
+  *slot = res->err;
+}
+
+static void full_map_refuses_per_request(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, "map_size=1MiB"), &s, NULL), 0);
+  size_t big = 64 * 1024;
+  char *body = malloc(2 << 20);
+  memset(body, 'x', 2 << 20);
+  int err = 0, stored = 0;
+  for (int i = 0; i < 100 && !err; i++) {
+    snprintf(key, sizeof key, "full-%d", i);
+    err = put_completed(s, key, body, big, TTL_LONG_MS);
+    if (!err)
+      stored++;
+  }
+  assert_int_equal(err, IDEM_EFULL);
+  assert_true(stored > 2);
+  /* everything acknowledged is still there */
+  for (int i = 0; i < stored; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "full-%d", i);
+    assert_int_equal(get_state(s, key, &st), 0);
+    assert_int_equal(st, IDEM_STATE_COMPLETED);
+  }
+  idem_sync_close(s);
+
+  /* In one batch, the operation that does not fit is refused and the rest
+   * commit: a 2 MiB body among small ones, on a fresh 1 MiB map. */
+  fresh_path(p, sizeof p);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, "map_size=1MiB"), &store, NULL), 0);
+  int errs[5];
+  for (int i = 0; i < 5; i++) {
+    errs[i] = 1;
+    snprintf(key, sizeof key, "mix-%d", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    assert_int_equal(idem_store_submit(store, &op, on_result, &errs[i]), 0);
+  }
+  for (int pending = 5; pending;) {
+    uv_run(&loop, UV_RUN_ONCE);
+    pending = 0;
+    for (int i = 0; i < 5; i++)
+      pending += errs[i] == 1;
+  }
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(errs[i], 0);
+    errs[i] = 1;
+    snprintf(key, sizeof key, "mix-%d", i);
+    idem_op op = complete_op(NULL, key, 1, body, i == 2 ? (size_t)(2 << 20) : 10, TTL_LONG_MS);
+    assert_int_equal(idem_store_submit(store, &op, on_result, &errs[i]), 0);
+  }
+  for (int pending = 5; pending;) {
+    uv_run(&loop, UV_RUN_ONCE);
+    pending = 0;
+    for (int i = 0; i < 5; i++)
+      pending += errs[i] == 1;
+  }
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(errs[i], i == 2 ? IDEM_EFULL : 0);
+  idem_lmdb_stats st;
+  assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
+  assert_true(st.errors_full >= 1);
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  free(body);
+}
+
+/* ---- retention --------------------------------------------------------- */
+
+static void wait_until(int64_t t) {
+  while (idem_now_ms() < t)
+    usleep(1000);
+}
+
+static void gc_deletes_expired_records_in_bounded_passes(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, "sweep_interval=off&sweep_batch=7"), &s, NULL), 0);
+  for (int i = 0; i < 25; i++) {
+    snprintf(key, sizeof key, "short-%d", i);
+    assert_int_equal(put_completed(s, key, "b", 1, 50), 0);
+  }
+  /* each complete moved its record in the expiry index (claim: 1h, complete:
+   * 50ms); this one stays at 1h, so gc leaves it */
+  assert_int_equal(put_completed(s, "long", "b", 1, TTL_LONG_MS), 0);
+  wait_until(idem_now_ms() + 60);
+  assert_int_equal(run_gc(s, 10), 10); /* bounded by limit, in chunks of 7 */
+  assert_int_equal(run_gc(s, 0), 15);  /* default limit 1000 */
+  assert_int_equal(run_gc(s, 0), 0);
+  idem_state st;
+  assert_int_equal(get_state(s, "long", &st), 0);
+  assert_int_equal(st, IDEM_STATE_COMPLETED);
+  assert_int_equal(get_state(s, "short-3", &st), IDEM_ENOTFOUND);
+  /* a deleted key starts over */
+  idem_op op = claim_op(NULL, "short-3", TTL_LONG_MS);
+  idem_result res;
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res);
+  idem_sync_close(s);
+}
+
+static void sweeper_runs_in_the_background(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  const char *uri = uri_of(p, "sweep_interval=50ms&sweep_batch=5");
+  assert_int_equal(idem_store_open(&loop, uri, &store, NULL), 0);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri, &s, NULL), 0);
+  for (int i = 0; i < 12; i++) {
+    snprintf(key, sizeof key, "swept-%d", i);
+    assert_int_equal(put_completed(s, key, "b", 1, 20), 0);
+  }
+  assert_int_equal(put_completed(s, "stays", "b", 1, TTL_LONG_MS), 0);
+  idem_lmdb_stats st;
+  int64_t deadline = idem_now_ms() + DEADLINE_MS;
+  do {
+    usleep(5000);
+    assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
+  } while (st.swept < 12 && idem_now_ms() < deadline);
+  assert_int_equal(st.swept, 12);
+  idem_state state_;
+  assert_int_equal(get_state(s, "stays", &state_), 0);
+  idem_sync_close(s);
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void delete_and_list(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  assert_int_equal(put_completed(s, "a", "1", 1, TTL_LONG_MS), 0);
+  assert_int_equal(put_completed(s, "b", "2", 1, TTL_LONG_MS), 0);
+  assert_int_equal(put_completed(s, "c", "3", 1, 30), 0);
+  idem_op op = claim_op("tenant", "a", TTL_LONG_MS);
+  idem_result res;
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  idem_result_clear(&res);
+  wait_until(idem_now_ms() + 40);
+  /* every scope, live only, scoped-key order */
+  op = (idem_op){.kind = IDEM_OP_LIST};
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.count, 3);
+  assert_string_equal(res.records[0].key, "a");
+  assert_string_equal(res.records[0].scope, "");
+  assert_string_equal(res.records[1].key, "b");
+  assert_string_equal(res.records[2].scope, "tenant");
+  idem_result_clear(&res);
+  /* one scope, resuming after a key */
+  op = (idem_op){.kind = IDEM_OP_LIST, .scope = "", .key = "a"};
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.count, 1);
+  assert_string_equal(res.records[0].key, "b");
+  idem_result_clear(&res);
+  op = (idem_op){.kind = IDEM_OP_DELETE, .key = "b"};
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.count, 1);
+  idem_result_clear(&res);
+  assert_int_equal(idem_sync_run(s, &op, &res), IDEM_ENOTFOUND);
+  idem_result_clear(&res);
+  /* the index entry went with the record: gc finds only "c" */
+  assert_int_equal(run_gc(s, 0), 1);
+  idem_sync_close(s);
+}
+
+static int setup(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(root, sizeof root, "%s/idem-lmdb-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  return mkdtemp(root) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  rm_rf(root);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(bad_uris_are_refused),
+      cmocka_unit_test(uncreatable_path_is_a_clear_error),
+      cmocka_unit_test(foreign_files_are_not_stores),
+      cmocka_unit_test(records_survive_a_reopen),
+      cmocka_unit_test(concurrent_writes_share_commits),
+      cmocka_unit_test(replays_do_not_go_through_the_writer),
+      cmocka_unit_test(full_map_refuses_per_request),
+      cmocka_unit_test(gc_deletes_expired_records_in_bounded_passes),
+      cmocka_unit_test(sweeper_runs_in_the_background),
+      cmocka_unit_test(delete_and_list),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
