@@ -16,6 +16,9 @@
  * duplicate keys after decoding (two members with one name are read
  * differently by different parsers, so the request is ambiguous).
  *
+ * The output is NUL-terminated (the NUL is not counted in *out_len) so that
+ * callers may print it; it is never longer than the input.
+ *
  * The parser recurses once per nesting level, bounded by the depth limit.
  * The canonical text is never longer than the input, so the output, the
  * decoded-key arena and the sort scratch are each sized by the input once.
