@@ -13,6 +13,9 @@
 #   IDEM_TEST_PG_STOP   a script that stops it (fast shutdown) and waits
 #   IDEM_TEST_PG_BIN    the PostgreSQL bin dir (psql, pgbench, ...)
 #
+# With IDEM_TEST_PG_PARAMS set (e.g. migrate=1), {PG_URI} gets it as its
+# query string; IDEM_TEST_PG_URI stays without it.
+#
 # initdb refuses to run as root: as root the server runs as the 'postgres'
 # user (override with IDEM_TEST_PG_USER); otherwise as the current user.
 # The bin dir is found with pg_config, or set PG_BINDIR.
@@ -146,13 +149,15 @@ export IDEM_TEST_PG_STOP="$tmp/stop.sh"
 export IDEM_TEST_PG_BIN="$bindir"
 
 # Replace {PG_URI} in every argument, keeping the arguments apart.
+arg_uri=$uri
+if [ -n "${IDEM_TEST_PG_PARAMS:-}" ]; then arg_uri="$uri?$IDEM_TEST_PG_PARAMS"; fi
 n=$#
 i=0
 while [ $i -lt $n ]; do
   a=$1
   shift
   case $a in
-    *"{PG_URI}"*) a=$(printf '%s' "$a" | sed "s#{PG_URI}#$uri#g") ;;
+    *"{PG_URI}"*) a=$(printf '%s' "$a" | sed "s#{PG_URI}#$arg_uri#g") ;;
   esac
   set -- "$@" "$a"
   i=$((i + 1))

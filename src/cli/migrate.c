@@ -1,0 +1,120 @@
+/* migrate.c - `idem migrate --store URI`: create or upgrade a store's schema.
+ *
+ * Only PostgreSQL has a schema; other stores need nothing and are only
+ * checked to open. Exit 0: the schema is current (or --check: it already
+ * was); 1: it could not be migrated (or --check: it needs a migration);
+ * 2: usage. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "idem/idem.h"
+#include "store/postgres.h"
+
+static const char usage[] =
+    "usage: idem migrate --store URI [--check]\n"
+    "\n"
+    "Create or upgrade the schema of a store (PostgreSQL: the tables\n"
+    "idem_records and idem_schema). Safe to run again and from several\n"
+    "processes at once. Other stores have no schema.\n"
+    "\n"
+    "options:\n"
+    "  -s, --store URI   the store, e.g. postgres://user@host:5432/db\n"
+    "  -c, --check       change nothing: exit 0 when current, 1 when not\n"
+    "  -h, --help        this text\n"
+    "\n"
+    "exit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n";
+
+static int is_postgres(const char *uri) {
+  return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
+}
+
+static int other_store(const char *uri) {
+  idem_sync *sync;
+  char *msg = NULL;
+  int err = idem_sync_open(uri, &sync, &msg);
+  if (err) {
+    fprintf(stderr, "idem migrate: %s\n", msg ? msg : idem_strerror(err));
+    free(msg);
+    return err == IDEM_EURI ? 2 : 1;
+  }
+  idem_sync_close(sync);
+  printf("%.*s stores have no schema: nothing to migrate\n", (int)strcspn(uri, ":"), uri);
+  return 0;
+}
+
+static int postgres(const char *uri, int check) {
+  idem_pg_uri u;
+  char *msg = NULL;
+  int err = idem_pg_uri_parse(uri, &u, &msg);
+  if (err) {
+    fprintf(stderr, "idem migrate: %s\n", msg ? msg : idem_strerror(err));
+    free(msg);
+    return 2;
+  }
+  PGconn *pg = PQconnectdb(u.conninfo);
+  free(u.conninfo);
+  int status = 1, version = 0;
+  if (!pg || PQstatus(pg) != CONNECTION_OK) {
+    msg = idem_pg_message("postgres", pg ? PQerrorMessage(pg) : "out of memory");
+    fprintf(stderr, "idem migrate: %s\n", msg ? msg : "cannot connect");
+  } else if (check) {
+    err = idem_pg_schema_version(pg, &version, &msg);
+    if (!err)
+      err = idem_pg_schema_check(version, &msg);
+    if (!err) {
+      printf("schema is current (version %d)\n", version);
+      status = 0;
+    } else {
+      fprintf(stderr, "idem migrate: %s\n", msg ? msg : idem_strerror(err));
+    }
+  } else if ((err = idem_pg_migrate(pg, &version, &msg))) {
+    fprintf(stderr, "idem migrate: %s (%s)\n", msg ? msg : idem_strerror(err),
+            idem_errname(err));
+  } else {
+    if (version == IDEM_PG_SCHEMA_VERSION)
+      printf("schema is current (version %d): nothing to do\n", version);
+    else if (version == 0)
+      printf("schema created (version %d)\n", IDEM_PG_SCHEMA_VERSION);
+    else
+      printf("schema upgraded from version %d to %d\n", version, IDEM_PG_SCHEMA_VERSION);
+    status = 0;
+  }
+  free(msg);
+  PQfinish(pg);
+  return status;
+}
+
+int cmd_migrate(int argc, char **argv) {
+  static const struct option options[] = {
+      {"store", required_argument, NULL, 's'},
+      {"check", no_argument, NULL, 'c'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  const char *uri = NULL;
+  int check = 0, opt;
+  optind = 1;
+  while ((opt = getopt_long(argc, argv, "s:ch", options, NULL)) != -1) {
+    switch (opt) {
+    case 's':
+      uri = optarg;
+      break;
+    case 'c':
+      check = 1;
+      break;
+    case 'h':
+      fputs(usage, stdout);
+      return 0;
+    default:
+      return cli_usage_error("migrate", "unknown option");
+    }
+  }
+  if (optind < argc)
+    return cli_usage_error("migrate", "unexpected argument '%s'", argv[optind]);
+  if (!uri || !*uri)
+    return cli_usage_error("migrate", "--store URI is required");
+  return is_postgres(uri) ? postgres(uri, check) : other_store(uri);
+}

@@ -1,0 +1,569 @@
+/*
+ * postgres_sql.c - the PostgreSQL store's statements, schema and URI.
+ *
+ * Each operation is one statement, so each transition is atomic on its own
+ * and joins the caller's transaction when there is one (postgres_tx.c).
+ * Times are Unix milliseconds from the server's clock: statement_timestamp()
+ * is fixed for one statement (unlike clock_timestamp()) and, unlike now(),
+ * does not go back to the start of a long caller transaction.
+ *
+ * The claim is the delicate one. INSERT ... ON CONFLICT DO UPDATE WHERE
+ * returns nothing when the WHERE refuses, and a second read is not atomic
+ * with it: the row it would read may have been committed after the
+ * statement's snapshot. So the DO UPDATE always touches the row, changing
+ * the fields only when the takeover is allowed, and records the outcome in
+ * claim_outcome: RETURNING then sees the locked, latest row and the decision
+ * taken on it, in one statement. The price is a row version per replay,
+ * usually a HOT update (fillfactor 80, expires_at unchanged).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/backend.h"
+#include "store/postgres.h"
+
+/* type OIDs (catalog/pg_type_d.h is a server header) */
+#define BOOLOID 16
+#define BYTEAOID 17
+#define INT8OID 20
+#define INT2OID 21
+#define INT4OID 23
+#define TEXTOID 25
+
+#define NOW_MS "(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint"
+
+#define RECORD_COLS                                                             \
+  "scope, key, state, fingerprint, fence, locked_until, expires_at, "           \
+  "created_at, updated_at, status, headers, body"
+enum { COL_SCOPE, COL_KEY, COL_STATE, COL_FP, COL_FENCE, COL_LOCKED, COL_EXPIRES,
+       COL_CREATED, COL_UPDATED, COL_STATUS, COL_HEADERS, COL_BODY, NCOLS };
+
+/* idem_transition's claim(), in terms of the stored row r and the row the
+ * claim would insert (excluded: its created_at is now, its locked_until and
+ * expires_at are the ones a take writes). */
+#define LIVE "(r.state <> 0 AND excluded.created_at < r.expires_at)"
+#define TAKE                                                                    \
+  "(NOT " LIVE " OR (r.fingerprint = excluded.fingerprint AND "                 \
+  "((r.state = 3 AND NOT $6) OR "                                               \
+  "(r.state = 1 AND excluded.created_at >= r.locked_until))))"
+#define OUTCOME                                                                 \
+  "CASE WHEN " TAKE " THEN 1 WHEN r.fingerprint <> excluded.fingerprint "       \
+  "THEN 3 WHEN r.state = 1 THEN 4 ELSE 2 END"
+#define IF_TAKE(then, otherwise) "CASE WHEN " TAKE " THEN " then " ELSE " otherwise " END"
+
+static const char claim_sql[] =
+    "INSERT INTO idem_records AS r (scope, key, state, fingerprint, fence, "
+    "locked_until, expires_at, created_at, updated_at, status, headers, body, "
+    "claim_outcome) "
+    "SELECT $1, $2, 1, $3, 1, t.now + $4, greatest(t.now + $5, t.now + $4), "
+    "t.now, t.now, 0, NULL, NULL, 1 FROM (SELECT " NOW_MS " AS now) t "
+    "ON CONFLICT (scope, key) DO UPDATE SET "
+    "state = " IF_TAKE("1", "r.state") ", "
+    "fingerprint = " IF_TAKE("excluded.fingerprint", "r.fingerprint") ", "
+    "fence = " IF_TAKE("r.fence + 1", "r.fence") ", "
+    "locked_until = " IF_TAKE("excluded.locked_until", "r.locked_until") ", "
+    "expires_at = " IF_TAKE("excluded.expires_at", "r.expires_at") ", "
+    "created_at = CASE WHEN " TAKE " AND NOT " LIVE
+    " THEN excluded.created_at ELSE r.created_at END, "
+    "updated_at = " IF_TAKE("excluded.updated_at", "r.updated_at") ", "
+    "status = " IF_TAKE("0", "r.status") ", "
+    "headers = " IF_TAKE("NULL", "r.headers") ", "
+    "body = " IF_TAKE("NULL", "r.body") ", "
+    "claim_outcome = " OUTCOME " "
+    "RETURNING r.claim_outcome, r.locked_until - " NOW_MS ", " RECORD_COLS;
+
+/* complete and fail: only the holder of the current fence ends processing */
+static const char finish_sql[] =
+    "UPDATE idem_records SET state = $5, locked_until = 0, "
+    "updated_at = " NOW_MS ", expires_at = " NOW_MS " + $4, "
+    "status = $6, headers = $7, body = $8 "
+    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 RETURNING fence";
+
+/* release keeps the row, stateless, until its retention ends: the fence
+ * lives on and the next claim continues from it */
+static const char release_sql[] =
+    "UPDATE idem_records SET state = 0, locked_until = 0, "
+    "updated_at = " NOW_MS ", status = 0, headers = NULL, body = NULL "
+    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 RETURNING fence";
+
+static const char get_sql[] =
+    "SELECT " RECORD_COLS " FROM idem_records "
+    "WHERE scope = $1 AND key = $2 AND state <> 0 AND " NOW_MS " < expires_at";
+
+static const char delete_sql[] = "DELETE FROM idem_records WHERE scope = $1 AND key = $2";
+
+/* Live records in the order of the scoped key (scope length, scope, key,
+ * bytewise: the columns are COLLATE "C"), after $2 within $1. */
+static const char list_sql[] =
+    "SELECT " RECORD_COLS " FROM idem_records "
+    "WHERE state <> 0 AND " NOW_MS " < expires_at "
+    "AND ($1::text IS NULL OR scope = $1) "
+    "AND ($2::text IS NULL OR (octet_length(scope), scope, key) > "
+    "(octet_length(coalesce($1, '')), coalesce($1, '') COLLATE \"C\", $2 COLLATE \"C\")) "
+    "ORDER BY octet_length(scope), scope, key LIMIT $3";
+
+/* One bounded batch by the expiry index. SKIP LOCKED: never waits on a row
+ * a claim holds, and FOR UPDATE rechecks the expiry on the latest version,
+ * so a record claimed again meanwhile stays. */
+static const char gc_sql[] =
+    "WITH doomed AS (SELECT scope, key FROM idem_records "
+    "WHERE expires_at <= " NOW_MS " ORDER BY expires_at LIMIT $1 "
+    "FOR UPDATE SKIP LOCKED) "
+    "DELETE FROM idem_records r USING doomed d "
+    "WHERE r.scope = d.scope AND r.key = d.key";
+
+static const Oid claim_types[] = {TEXTOID, TEXTOID, BYTEAOID, INT8OID, INT8OID, BOOLOID};
+static const Oid finish_types[] = {TEXTOID, TEXTOID, INT8OID, INT8OID,
+                                   INT2OID, INT4OID, BYTEAOID, BYTEAOID};
+static const Oid key_types[] = {TEXTOID, TEXTOID, INT8OID};
+static const Oid list_types[] = {TEXTOID, TEXTOID, INT8OID};
+static const Oid gc_types[] = {INT8OID};
+
+const idem_pg_statement idem_pg_statements[IDEM_PG_NSTMT] = {
+    [IDEM_PG_CLAIM] = {"idem_claim_v1", claim_sql, 6, claim_types},
+    [IDEM_PG_FINISH] = {"idem_finish_v1", finish_sql, 8, finish_types},
+    [IDEM_PG_RELEASE] = {"idem_release_v1", release_sql, 3, key_types},
+    [IDEM_PG_GET] = {"idem_get_v1", get_sql, 2, key_types},
+    [IDEM_PG_DELETE] = {"idem_delete_v1", delete_sql, 2, key_types},
+    [IDEM_PG_LIST] = {"idem_list_v1", list_sql, 3, list_types},
+    [IDEM_PG_GC] = {"idem_gc_v1", gc_sql, 1, gc_types},
+};
+
+/* ---- parameters -------------------------------------------------------- */
+
+static void put_be(char *buf, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    buf[i] = (char)(v & 0xff);
+}
+
+static void text(idem_pg_params *p, const char *s) {
+  p->values[p->n] = s;
+  p->lengths[p->n] = 0;
+  p->formats[p->n] = 0;
+  p->n++;
+}
+
+static void bytes(idem_pg_params *p, const void *data, size_t len) {
+  p->values[p->n] = len ? data : "";
+  p->lengths[p->n] = (int)len;
+  p->formats[p->n] = 1;
+  p->n++;
+}
+
+/* an empty response part is stored as NULL, as the memory store keeps it */
+static void bytes_or_null(idem_pg_params *p, const void *data, size_t len) {
+  if (len) {
+    bytes(p, data, len);
+  } else {
+    p->values[p->n] = NULL;
+    p->formats[p->n] = 1;
+    p->n++;
+  }
+}
+
+static void integer(idem_pg_params *p, int64_t v, int size) {
+  put_be(p->buf[p->n], (uint64_t)v, size);
+  bytes(p, p->buf[p->n], (size_t)size);
+}
+
+int idem_pg_params_build(const idem_op *op, idem_pg_params *p) {
+  memset(p, 0, sizeof *p);
+  const char *scope = op->scope ? op->scope : "";
+  switch (op->kind) {
+  case IDEM_OP_CLAIM:
+    p->stmt = IDEM_PG_CLAIM;
+    text(p, scope);
+    text(p, op->key);
+    bytes(p, op->fingerprint, IDEM_FINGERPRINT_LEN);
+    integer(p, op->lease_ms, 8);
+    integer(p, op->ttl_ms, 8);
+    integer(p, (op->flags & IDEM_CLAIM_REPLAY_FAILED) ? 1 : 0, 1);
+    return 0;
+  case IDEM_OP_COMPLETE:
+  case IDEM_OP_FAIL:
+    p->stmt = IDEM_PG_FINISH;
+    text(p, scope);
+    text(p, op->key);
+    integer(p, (int64_t)op->fence, 8);
+    integer(p, op->ttl_ms, 8);
+    integer(p, op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED, 2);
+    integer(p, op->response.status, 4);
+    bytes_or_null(p, op->response.headers, op->response.headers_len);
+    bytes_or_null(p, op->response.body, op->response.body_len);
+    return 0;
+  case IDEM_OP_RELEASE:
+    p->stmt = IDEM_PG_RELEASE;
+    text(p, scope);
+    text(p, op->key);
+    integer(p, (int64_t)op->fence, 8);
+    return 0;
+  case IDEM_OP_GET:
+  case IDEM_OP_DELETE:
+    p->stmt = op->kind == IDEM_OP_GET ? IDEM_PG_GET : IDEM_PG_DELETE;
+    text(p, scope);
+    text(p, op->key);
+    return 0;
+  case IDEM_OP_LIST:
+    p->stmt = IDEM_PG_LIST;
+    text(p, op->scope); /* NULL: every scope */
+    text(p, op->key);   /* NULL: from the start */
+    integer(p, (int64_t)(op->limit ? op->limit : 1000), 8);
+    return 0;
+  case IDEM_OP_GC:
+    p->stmt = IDEM_PG_GC;
+    integer(p, (int64_t)(op->limit ? op->limit : 1000), 8);
+    return 0;
+  }
+  return IDEM_EINVAL;
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+static int64_t get_int(const PGresult *pg, int row, int col) {
+  const unsigned char *v = (const unsigned char *)PQgetvalue(pg, row, col);
+  int len = PQgetlength(pg, row, col);
+  if (PQgetisnull(pg, row, col) || len <= 0 || len > 8)
+    return 0;
+  uint64_t u = (v[0] & 0x80) ? ~(uint64_t)0 : 0; /* sign-extend */
+  for (int i = 0; i < len; i++)
+    u = (u << 8) | v[i];
+  return (int64_t)u;
+}
+
+/* Point rec into the row (no copy): valid while pg is. */
+static int decode_record(const PGresult *pg, int row, int base, idem_record *rec) {
+  if (PQnfields(pg) < base + NCOLS ||
+      PQgetlength(pg, row, base + COL_FP) != IDEM_FINGERPRINT_LEN)
+    return IDEM_ECORRUPT;
+  memset(rec, 0, sizeof *rec);
+  rec->scope = PQgetvalue(pg, row, base + COL_SCOPE);
+  rec->key = PQgetvalue(pg, row, base + COL_KEY);
+  int64_t state = get_int(pg, row, base + COL_STATE);
+  if (state < IDEM_STATE_UNSEEN || state > IDEM_STATE_FAILED)
+    return IDEM_ECORRUPT;
+  rec->state = (idem_state)state;
+  memcpy(rec->fingerprint, PQgetvalue(pg, row, base + COL_FP), IDEM_FINGERPRINT_LEN);
+  rec->fence = (uint64_t)get_int(pg, row, base + COL_FENCE);
+  rec->locked_until = get_int(pg, row, base + COL_LOCKED);
+  rec->expires_at = get_int(pg, row, base + COL_EXPIRES);
+  rec->created_at = get_int(pg, row, base + COL_CREATED);
+  rec->updated_at = get_int(pg, row, base + COL_UPDATED);
+  rec->response.status = (int)get_int(pg, row, base + COL_STATUS);
+  if (!PQgetisnull(pg, row, base + COL_HEADERS)) {
+    rec->response.headers = PQgetvalue(pg, row, base + COL_HEADERS);
+    rec->response.headers_len = (size_t)PQgetlength(pg, row, base + COL_HEADERS);
+  }
+  if (!PQgetisnull(pg, row, base + COL_BODY)) {
+    rec->response.body = PQgetvalue(pg, row, base + COL_BODY);
+    rec->response.body_len = (size_t)PQgetlength(pg, row, base + COL_BODY);
+  }
+  return 0;
+}
+
+int idem_pg_error_code(const PGresult *pg) {
+  const char *state = pg ? PQresultErrorField(pg, PG_DIAG_SQLSTATE) : NULL;
+  if (state && (!strcmp(state, "42P01") || !strcmp(state, "42703") ||
+                !strcmp(state, "42883")))
+    return IDEM_ESCHEMA;
+  return IDEM_ESTORE;
+}
+
+static int fill_claim(const PGresult *pg, idem_result *res) {
+  if (PQntuples(pg) != 1)
+    return IDEM_ESTORE;
+  idem_record rec;
+  int err = decode_record(pg, 0, 2, &rec);
+  if (err)
+    return err;
+  int64_t outcome = get_int(pg, 0, 0);
+  res->fence = rec.fence;
+  switch (outcome) {
+  case 1:
+    res->outcome = IDEM_CLAIMED;
+    return 0;
+  case 2:
+  case 3:
+    res->outcome = outcome == 2 ? IDEM_REPLAY : IDEM_MISMATCH;
+    return idem_result_set_record(res, &rec, rec.scope, rec.key);
+  case 4:
+    res->outcome = IDEM_BUSY;
+    res->retry_after_ms = get_int(pg, 0, 1);
+    if (res->retry_after_ms < 1)
+      res->retry_after_ms = 1;
+    return 0;
+  }
+  return IDEM_ECORRUPT;
+}
+
+static int fill(const idem_op *op, const PGresult *pg, idem_result *res) {
+  idem_record rec;
+  int err;
+  switch (op->kind) {
+  case IDEM_OP_CLAIM:
+    return fill_claim(pg, res);
+  case IDEM_OP_COMPLETE:
+  case IDEM_OP_FAIL:
+  case IDEM_OP_RELEASE:
+    if (PQntuples(pg) != 1)
+      return IDEM_ESTALE;
+    res->fence = (uint64_t)get_int(pg, 0, 0);
+    return 0;
+  case IDEM_OP_GET:
+    if (PQntuples(pg) != 1)
+      return IDEM_ENOTFOUND;
+    if ((err = decode_record(pg, 0, 0, &rec)))
+      return err;
+    res->fence = rec.fence;
+    return idem_result_set_record(res, &rec, rec.scope, rec.key);
+  case IDEM_OP_DELETE:
+  case IDEM_OP_GC:
+    res->count = (size_t)strtoull(PQcmdTuples((PGresult *)pg), NULL, 10);
+    return op->kind == IDEM_OP_DELETE && res->count == 0 ? IDEM_ENOTFOUND : 0;
+  case IDEM_OP_LIST:
+    for (int i = 0; i < PQntuples(pg); i++) {
+      if ((err = decode_record(pg, i, 0, &rec)) ||
+          (err = idem_result_add_record(res, &rec, rec.scope, rec.key)))
+        return err;
+    }
+    return 0;
+  }
+  return IDEM_EINVAL;
+}
+
+void idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
+                         char **errmsg) {
+  memset(res, 0, sizeof *res);
+  ExecStatusType st = pg ? PQresultStatus(pg) : PGRES_FATAL_ERROR;
+  int err;
+  if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+    err = fill(op, pg, res);
+  } else {
+    err = idem_pg_error_code(pg);
+    if (errmsg && pg)
+      *errmsg = idem_pg_message("postgres", PQresultErrorMessage(pg));
+  }
+  if (err) {
+    idem_result_clear(res);
+    memset(res, 0, sizeof *res);
+    res->err = err;
+  }
+}
+
+/* ---- schema ------------------------------------------------------------ */
+
+/* Migration N takes the schema from version N-1 to N. Each runs in the
+ * migrating transaction; add new ones at the end, never edit old ones. */
+static const char *const migrations[IDEM_PG_SCHEMA_VERSION + 1] = {
+    [1] = "CREATE TABLE IF NOT EXISTS idem_schema ("
+          "  version integer PRIMARY KEY,"
+          "  migrated_at timestamptz NOT NULL DEFAULT now());"
+          "CREATE TABLE IF NOT EXISTS idem_records ("
+          "  scope text COLLATE \"C\" NOT NULL,"
+          "  key text COLLATE \"C\" NOT NULL,"
+          "  state smallint NOT NULL,"           /* idem_state */
+          "  fingerprint bytea NOT NULL,"        /* SHA-256 */
+          "  fence bigint NOT NULL,"
+          "  locked_until bigint NOT NULL,"      /* Unix ms, server clock */
+          "  expires_at bigint NOT NULL,"
+          "  created_at bigint NOT NULL,"
+          "  updated_at bigint NOT NULL,"
+          "  status integer NOT NULL DEFAULT 0," /* stored response */
+          "  headers bytea,"
+          "  body bytea,"
+          "  claim_outcome smallint NOT NULL DEFAULT 0," /* last claim's idem_outcome */
+          "  PRIMARY KEY (scope, key)"
+          ") WITH (fillfactor = 80);"
+          "CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at);",
+};
+
+const char idem_pg_version_sql[] = "SELECT coalesce(max(version), 0) FROM idem_schema";
+
+char *idem_pg_message(const char *prefix, const char *text) {
+  if (!text)
+    text = "";
+  size_t n = strlen(prefix) + strlen(text) + 3;
+  char *m = malloc(n);
+  if (!m)
+    return NULL;
+  snprintf(m, n, "%s: %s", prefix, text);
+  /* libpq's messages end in a newline and may continue on tab-led lines */
+  for (char *p = m; *p; p++)
+    if (*p == '\n' || *p == '\t')
+      *p = ' ';
+  size_t len = strlen(m);
+  while (len && m[len - 1] == ' ')
+    m[--len] = '\0';
+  return m;
+}
+
+static int exec_ok(PGconn *conn, const char *sql, PGresult **out, char **errmsg) {
+  PGresult *r = PQexec(conn, sql);
+  ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+    if (out)
+      *out = r;
+    else
+      PQclear(r);
+    return 0;
+  }
+  int err = r ? idem_pg_error_code(r) : IDEM_ESTORE;
+  if (errmsg && !*errmsg)
+    *errmsg = idem_pg_message("postgres", r ? PQresultErrorMessage(r) : PQerrorMessage(conn));
+  PQclear(r);
+  return err == IDEM_ESCHEMA ? IDEM_ESTORE : err;
+}
+
+int idem_pg_schema_version(PGconn *conn, int *version, char **errmsg) {
+  PGresult *r = NULL;
+  *version = 0;
+  int err = exec_ok(conn, "SELECT to_regclass('idem_schema') IS NOT NULL", &r, errmsg);
+  if (err)
+    return err;
+  int exists = PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "t");
+  PQclear(r);
+  if (!exists)
+    return 0;
+  if ((err = exec_ok(conn, idem_pg_version_sql, &r, errmsg)))
+    return err;
+  *version = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 0;
+  PQclear(r);
+  return 0;
+}
+
+int idem_pg_schema_check(int version, char **errmsg) {
+  if (version == IDEM_PG_SCHEMA_VERSION)
+    return 0;
+  char text[300];
+  if (version == 0)
+    snprintf(text, sizeof text,
+             "the database has no idem schema: run 'idem migrate --store URI' "
+             "(or add migrate=1 to the store URI)");
+  else if (version < IDEM_PG_SCHEMA_VERSION)
+    snprintf(text, sizeof text,
+             "the idem schema is at version %d, this idem needs %d: run 'idem "
+             "migrate --store URI' (or add migrate=1 to the store URI)",
+             version, IDEM_PG_SCHEMA_VERSION);
+  else
+    snprintf(text, sizeof text,
+             "the idem schema is at version %d, newer than this idem knows (%d): "
+             "upgrade idem",
+             version, IDEM_PG_SCHEMA_VERSION);
+  if (errmsg)
+    *errmsg = idem_pg_message("postgres", text);
+  return IDEM_ESCHEMA;
+}
+
+/* "idem" in ASCII: the advisory lock that serializes migrations */
+#define MIGRATE_LOCK "SELECT pg_advisory_xact_lock(1768187245)"
+
+int idem_pg_migrate(PGconn *conn, int *from_version, char **errmsg) {
+  if (errmsg)
+    *errmsg = NULL;
+  if (from_version)
+    *from_version = 0;
+  if (!conn || PQstatus(conn) != CONNECTION_OK)
+    return IDEM_EINVAL;
+  PGTransactionStatusType ts = PQtransactionStatus(conn);
+  if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS) {
+    if (errmsg)
+      *errmsg = idem_pg_message("postgres", "the connection is busy or its transaction failed");
+    return IDEM_EINVAL;
+  }
+  int own = ts == PQTRANS_IDLE;
+  int err, version = 0;
+  if (own && (err = exec_ok(conn, "BEGIN", NULL, errmsg)))
+    return err;
+  if ((err = exec_ok(conn, MIGRATE_LOCK, NULL, errmsg)) ||
+      (err = idem_pg_schema_version(conn, &version, errmsg)))
+    goto fail;
+  if (from_version)
+    *from_version = version;
+  if (version > IDEM_PG_SCHEMA_VERSION) {
+    err = idem_pg_schema_check(version, errmsg);
+    goto fail;
+  }
+  for (int v = version + 1; v <= IDEM_PG_SCHEMA_VERSION; v++) {
+    char insert[100];
+    snprintf(insert, sizeof insert, "INSERT INTO idem_schema (version) VALUES (%d)", v);
+    if ((err = exec_ok(conn, migrations[v], NULL, errmsg)) ||
+        (err = exec_ok(conn, insert, NULL, errmsg)))
+      goto fail;
+  }
+  if (own && (err = exec_ok(conn, "COMMIT", NULL, errmsg)))
+    return err;
+  return 0;
+fail:
+  if (own)
+    PQclear(PQexec(conn, "ROLLBACK"));
+  return err;
+}
+
+/* ---- URI ---------------------------------------------------------------- */
+
+static int parse_flag(const char *v, size_t n, int *out) {
+  if ((n == 1 && *v == '1') || (n == 4 && !strncmp(v, "true", 4)) ||
+      (n == 3 && !strncmp(v, "yes", 3)))
+    *out = 1;
+  else if ((n == 1 && *v == '0') || (n == 5 && !strncmp(v, "false", 5)) ||
+           (n == 2 && !strncmp(v, "no", 2)))
+    *out = 0;
+  else
+    return -1;
+  return 0;
+}
+
+int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
+  memset(out, 0, sizeof *out);
+  out->pool = 2;
+  if (strncmp(uri, "postgres://", 11) && strncmp(uri, "postgresql://", 13)) {
+    if (errmsg)
+      *errmsg = idem_pg_message("postgres", "the store URI must start with postgres:// or postgresql://");
+    return IDEM_EURI;
+  }
+  size_t len = strlen(uri);
+  char *info = malloc(len + 1);
+  if (!info)
+    return IDEM_ENOMEM;
+  const char *q = strchr(uri, '?');
+  size_t base = q ? (size_t)(q - uri) : len;
+  memcpy(info, uri, base);
+  size_t n = base;
+  const char *bad = NULL;
+  for (const char *p = q ? q + 1 : NULL; p && *p && !bad;) {
+    const char *end = strchr(p, '&');
+    size_t plen = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = memchr(p, '=', plen);
+    size_t nlen = eq ? (size_t)(eq - p) : plen;
+    const char *v = eq ? eq + 1 : p + plen;
+    size_t vlen = eq ? plen - nlen - 1 : 0;
+    if (nlen == 7 && !strncmp(p, "migrate", 7)) {
+      if (parse_flag(v, vlen, &out->migrate))
+        bad = "migrate= takes 1 or 0";
+    } else if (nlen == 4 && !strncmp(p, "pool", 4)) {
+      char num[8] = {0};
+      char *stop;
+      memcpy(num, v, vlen < 7 ? vlen : 7);
+      long pool = strtol(num, &stop, 10);
+      if (vlen == 0 || vlen > 2 || *stop || pool < 1 || pool > 64)
+        bad = "pool= takes a number of connections from 1 to 64";
+      else
+        out->pool = (int)pool;
+    } else if (plen) {
+      char sep = n == base ? '?' : '&';
+      info[n++] = sep;
+      memcpy(info + n, p, plen);
+      n += plen;
+    }
+    p = end ? end + 1 : NULL;
+  }
+  info[n] = '\0';
+  if (bad) {
+    free(info);
+    if (errmsg)
+      *errmsg = idem_pg_message("postgres", bad);
+    return IDEM_EURI;
+  }
+  out->conninfo = info;
+  return 0;
+}
