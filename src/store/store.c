@@ -9,7 +9,6 @@
 
 /* Stores still being written are weak until they land. */
 #pragma weak idem_backend_lmdb
-#pragma weak idem_backend_redis
 
 static const idem_backend *const backends[] = {
     &idem_backend_memory, &idem_backend_lmdb, &idem_backend_redis,

@@ -1,0 +1,64 @@
+/*
+ * redis.h - internals of the Redis store shared by redis.c, redis_uri.c,
+ * redis_scripts.c and their unit tests. Not installed.
+ */
+#ifndef IDEM_STORE_REDIS_H
+#define IDEM_STORE_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IDEM_REDIS_DEFAULT_PORT 6379
+#define IDEM_REDIS_CONNECT_TIMEOUT_MS 2000
+#define IDEM_REDIS_COMMAND_TIMEOUT_MS 5000
+
+/*
+ * redis://[user:password@]host[:port][/db][?option=value&...]
+ *
+ * user and password are percent-decoded; a password alone ("redis://:pw@h")
+ * authenticates with the one-argument AUTH of Redis before 6. host may be an
+ * IPv6 literal in brackets. Options:
+ *   timeout=DURATION          each command (default 5s)
+ *   connect_timeout=DURATION  connect + AUTH + SELECT + SCRIPT LOAD (default 2s)
+ *   prefix=TEXT               key prefix (default "idem"), so that several
+ *                             deployments can share one database
+ */
+typedef struct {
+  char *user;     /* NULL when absent */
+  char *password; /* NULL when absent */
+  char *host;
+  int port;
+  int db;
+  int64_t timeout_ms;
+  int64_t connect_timeout_ms;
+  char *prefix;
+} idem_redis_uri;
+
+/* Parse uri into out (every string malloc'd; free with idem_redis_uri_clear).
+ * IDEM_EURI when malformed, with a malloc'd sentence in *why when why is not
+ * NULL; IDEM_ENOMEM. */
+int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why);
+void idem_redis_uri_clear(idem_redis_uri *u);
+
+/*
+ * Redis key of a record: "<prefix>:{<scope length>:<scope>:<key>}". The
+ * whole record name is the hash tag (one record, one Cluster slot) and the
+ * length prefix keeps (scope, key) pairs apart whatever bytes they hold.
+ * Returns a malloc'd string (length in *len) or NULL when out of memory.
+ */
+char *idem_redis_key(const char *prefix, const char *scope, const char *key,
+                     size_t *len);
+/* Split a Redis key made by idem_redis_key. Points *scope and *key into buf, which
+ * it modifies (NULs). Returns 0, or -1 when name is not one of ours. */
+int idem_redis_key_split(const char *prefix, char *buf, size_t len,
+                         const char **scope, const char **key);
+/* SCAN MATCH pattern for every record of scope (NULL: of every scope),
+ * with glob characters of the prefix and scope escaped. malloc'd. */
+char *idem_redis_match(const char *prefix, const char *scope);
+
+/* The Lua script that runs every transition, and its SHA-1 in hex. */
+extern const char idem_redis_script[];
+extern const size_t idem_redis_script_len;
+const char *idem_redis_script_sha(void);
+
+#endif

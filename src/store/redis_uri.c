@@ -1,0 +1,318 @@
+/*
+ * redis_uri.c - redis:// URIs and the names of records in Redis. Pure
+ * parsing, no I/O, so that the unit tests and the fuzzers reach all of it.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idem/idem.h"
+#include "store/redis.h"
+
+static int fail(char **why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int fail(char **why, const char *fmt, ...) {
+  if (why != NULL) {
+    va_list ap;
+    char buf[256];
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    *why = strdup(buf);
+  }
+  return IDEM_EURI;
+}
+
+static int hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decode s[0..n) into a malloc'd string. NUL bytes are refused: they
+ * cannot travel through AUTH as C strings. *out is NULL on error. */
+static int pct_decode(const char *s, size_t n, char **out) {
+  char *d = malloc(n + 1);
+  size_t j = 0;
+  *out = NULL;
+  if (d == NULL) return IDEM_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      int hi, lo;
+      if (i + 2 >= n) {
+        free(d);
+        return IDEM_EURI;
+      }
+      hi = hexval((unsigned char)s[i + 1]);
+      lo = hexval((unsigned char)s[i + 2]);
+      if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+        free(d);
+        return IDEM_EURI;
+      }
+      d[j++] = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      d[j++] = s[i];
+    }
+  }
+  d[j] = '\0';
+  *out = d;
+  return 0;
+}
+
+static int parse_int(const char *s, size_t n, long max, long *out) {
+  long v = 0;
+  if (n == 0 || n > 10) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+void idem_redis_uri_clear(idem_redis_uri *u) {
+  free(u->user);
+  free(u->password);
+  free(u->host);
+  free(u->prefix);
+  memset(u, 0, sizeof *u);
+}
+
+static int parse_option(idem_redis_uri *u, const char *s, size_t n,
+                        char **why) {
+  const char *eq = memchr(s, '=', n);
+  size_t nlen, vlen;
+  char *val;
+  int rc;
+  if (eq == NULL) return fail(why, "option \"%.*s\" needs a value", (int)n, s);
+  nlen = (size_t)(eq - s);
+  vlen = n - nlen - 1;
+  rc = pct_decode(eq + 1, vlen, &val);
+  if (rc == IDEM_ENOMEM) return rc;
+  if (rc != 0) return fail(why, "bad percent-escape in option \"%.*s\"", (int)n, s);
+  if ((nlen == 7 && memcmp(s, "timeout", 7) == 0) ||
+      (nlen == 15 && memcmp(s, "connect_timeout", 15) == 0)) {
+    int64_t ms;
+    if (idem_parse_duration(val, &ms) != 0) {
+      rc = fail(why, "option %.*s: \"%s\" is not a duration such as 500ms or 5s",
+                (int)nlen, s, val);
+      free(val);
+      return rc;
+    }
+    if (nlen == 7)
+      u->timeout_ms = ms;
+    else
+      u->connect_timeout_ms = ms;
+    free(val);
+    return 0;
+  }
+  if (nlen == 6 && memcmp(s, "prefix", 6) == 0) {
+    if (val[0] == '\0' || strpbrk(val, "{}") != NULL) {
+      free(val);
+      return fail(why, "option prefix must be non-empty and hold no braces");
+    }
+    free(u->prefix);
+    u->prefix = val;
+    return 0;
+  }
+  free(val);
+  return fail(why, "unknown option \"%.*s\" (known: timeout, connect_timeout, prefix)",
+              (int)nlen, s);
+}
+
+int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
+  const char *p, *end, *auth_end, *host_end, *path, *query;
+  int rc;
+  memset(out, 0, sizeof *out);
+  if (why != NULL) *why = NULL;
+  if (uri == NULL) return fail(why, "no URI");
+  if (strncmp(uri, "rediss://", 9) == 0)
+    return fail(why, "rediss:// (TLS) is not supported; use redis:// behind a TLS tunnel");
+  if (strncmp(uri, "redis://", 8) != 0)
+    return fail(why, "a Redis URI starts with redis://");
+  out->port = IDEM_REDIS_DEFAULT_PORT;
+  out->timeout_ms = IDEM_REDIS_COMMAND_TIMEOUT_MS;
+  out->connect_timeout_ms = IDEM_REDIS_CONNECT_TIMEOUT_MS;
+
+  p = uri + 8;
+  end = p + strlen(p);
+  query = memchr(p, '?', (size_t)(end - p));
+  if (query == NULL) query = end;
+  path = memchr(p, '/', (size_t)(query - p));
+  if (path == NULL) path = query;
+
+  /* userinfo: the last '@' before the path, so a password may hold '@' only
+   * percent-encoded, as RFC 3986 wants, but we are lenient about it. */
+  auth_end = NULL;
+  for (const char *q = p; q < path; q++)
+    if (*q == '@') auth_end = q;
+  if (auth_end != NULL) {
+    const char *colon = memchr(p, ':', (size_t)(auth_end - p));
+    if (colon == NULL) {
+      /* "redis://secret@host": a bare word is the password (as redis-cli). */
+      rc = pct_decode(p, (size_t)(auth_end - p), &out->password);
+    } else {
+      if (colon > p) {
+        rc = pct_decode(p, (size_t)(colon - p), &out->user);
+        if (rc != 0) goto bad_auth;
+      }
+      rc = pct_decode(colon + 1, (size_t)(auth_end - colon - 1), &out->password);
+    }
+    if (rc != 0) goto bad_auth;
+    if (out->password != NULL && out->password[0] == '\0' && out->user == NULL) {
+      free(out->password);
+      out->password = NULL;
+    }
+    p = auth_end + 1;
+  }
+
+  /* host[:port] */
+  if (p < path && *p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(path - p));
+    if (rb == NULL || rb == p + 1) {
+      idem_redis_uri_clear(out);
+      return fail(why, "unterminated or empty IPv6 address in brackets");
+    }
+    out->host = strndup(p + 1, (size_t)(rb - p - 1));
+    host_end = rb + 1;
+    if (host_end < path && *host_end != ':') {
+      idem_redis_uri_clear(out);
+      return fail(why, "junk after the IPv6 address");
+    }
+  } else {
+    host_end = memchr(p, ':', (size_t)(path - p));
+    if (host_end == NULL) host_end = path;
+    if (host_end == p) {
+      idem_redis_uri_clear(out);
+      return fail(why, "no host in the Redis URI");
+    }
+    out->host = strndup(p, (size_t)(host_end - p));
+  }
+  if (out->host == NULL) {
+    idem_redis_uri_clear(out);
+    return IDEM_ENOMEM;
+  }
+  if (host_end < path) { /* ':' port */
+    long port;
+    if (parse_int(host_end + 1, (size_t)(path - host_end - 1), 65535, &port) != 0 ||
+        port == 0) {
+      rc = fail(why, "port \"%.*s\" is not a number from 1 to 65535",
+                (int)(path - host_end - 1), host_end + 1);
+      idem_redis_uri_clear(out);
+      return rc;
+    }
+    out->port = (int)port;
+  }
+
+  /* /db */
+  if (path < query && path + 1 < query) {
+    long db;
+    if (parse_int(path + 1, (size_t)(query - path - 1), 1000000, &db) != 0) {
+      rc = fail(why, "database \"%.*s\" is not a non-negative number",
+                (int)(query - path - 1), path + 1);
+      idem_redis_uri_clear(out);
+      return rc;
+    }
+    out->db = (int)db;
+  }
+
+  /* ?a=b&c=d */
+  if (query < end) {
+    const char *s = query + 1;
+    while (s < end) {
+      const char *amp = memchr(s, '&', (size_t)(end - s));
+      if (amp == NULL) amp = end;
+      if (amp > s) {
+        rc = parse_option(out, s, (size_t)(amp - s), why);
+        if (rc != 0) {
+          idem_redis_uri_clear(out);
+          return rc;
+        }
+      }
+      s = amp + 1;
+    }
+  }
+  if (out->prefix == NULL && (out->prefix = strdup("idem")) == NULL) {
+    idem_redis_uri_clear(out);
+    return IDEM_ENOMEM;
+  }
+  return 0;
+
+bad_auth:
+  idem_redis_uri_clear(out);
+  if (rc == IDEM_ENOMEM) return rc;
+  return fail(why, "bad percent-escape in the user or password");
+}
+
+char *idem_redis_key(const char *prefix, const char *scope, const char *key,
+                     size_t *len) {
+  size_t slen = scope != NULL ? strlen(scope) : 0;
+  size_t plen = strlen(prefix), klen = strlen(key);
+  size_t cap = plen + slen + klen + 16;
+  char *out = malloc(cap);
+  int head;
+  if (out == NULL) return NULL;
+  head = snprintf(out, cap, "%s:{%zu:", prefix, slen);
+  memcpy(out + head, scope != NULL ? scope : "", slen);
+  out[head + slen] = ':';
+  memcpy(out + head + slen + 1, key, klen);
+  out[head + slen + 1 + klen] = '}';
+  out[head + slen + 2 + klen] = '\0';
+  *len = (size_t)head + slen + klen + 2;
+  return out;
+}
+
+int idem_redis_key_split(const char *prefix, char *buf, size_t len,
+                         const char **scope, const char **key) {
+  size_t plen = strlen(prefix), slen = 0, i;
+  char *s;
+  if (len < plen + 6 || memcmp(buf, prefix, plen) != 0 || buf[plen] != ':' ||
+      buf[plen + 1] != '{' || buf[len - 1] != '}')
+    return -1;
+  i = plen + 2;
+  if (buf[i] < '0' || buf[i] > '9') return -1;
+  while (i < len && buf[i] >= '0' && buf[i] <= '9') {
+    slen = slen * 10 + (size_t)(buf[i] - '0');
+    if (slen > IDEM_SCOPE_MAX) return -1;
+    i++;
+  }
+  if (i >= len || buf[i] != ':') return -1;
+  s = buf + i + 1;
+  /* scope, ':', key of at least one byte, '}' */
+  if ((size_t)(s - buf) + slen + 3 > len || s[slen] != ':') return -1;
+  s[slen] = '\0';
+  buf[len - 1] = '\0';
+  *scope = s;
+  *key = s + slen + 1;
+  if (memchr(*scope, '\0', slen) != NULL) return -1;
+  return idem_key_valid(*key, strlen(*key)) ? 0 : -1;
+}
+
+static char *glob_escape(char *d, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (strchr("*?[]\\", s[i]) != NULL) *d++ = '\\';
+    *d++ = s[i];
+  }
+  return d;
+}
+
+char *idem_redis_match(const char *prefix, const char *scope) {
+  size_t plen = strlen(prefix), slen = scope != NULL ? strlen(scope) : 0;
+  char *out = malloc(2 * (plen + slen) + 32), *d;
+  if (out == NULL) return NULL;
+  d = glob_escape(out, prefix, plen);
+  if (scope == NULL) {
+    memcpy(d, ":{*", 4);
+    return out;
+  }
+  d += sprintf(d, ":{%zu:", slen);
+  d = glob_escape(d, scope, slen);
+  memcpy(d, ":*", 3);
+  return out;
+}
