@@ -1,0 +1,401 @@
+/* admin.c - health, metrics and key inspection for operators (admin.h). */
+#include "http/admin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <http_parser.h>
+#include <openssl/evp.h>
+
+#include "http/metrics.h"
+#include "http/msg.h"
+#include "http/policy.h"
+
+#define ADMIN_MAX_REQUEST 16384
+
+struct gw_admin {
+  uv_loop_t *loop;
+  const gw_config *cfg;
+  uv_tcp_t listener;
+  idem_store *store;
+  uint64_t store_retry_at;
+  int handles; /* listener + connections + store + ops in flight */
+  struct admin_conn *conns;
+  int stopping;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+typedef struct admin_conn {
+  uv_tcp_t tcp;
+  gw_admin *a;
+  struct admin_conn *next, *prev;
+  http_parser p;
+  gw_buf url;
+  size_t got;
+  int complete;
+  int busy; /* a store operation or the write is in flight */
+  gw_buf out;
+  uv_write_t wreq;
+  char key[IDEM_KEY_MAX + 1];
+  char scope[IDEM_SCOPE_MAX + 1];
+} admin_conn;
+
+static void admin_unref(gw_admin *a) {
+  if (--a->handles == 0 && a->stopping) {
+    void (*done)(void *) = a->done;
+    void *arg = a->done_arg;
+    free(a);
+    if (done)
+      done(arg);
+  }
+}
+
+static void conn_closed(uv_handle_t *h) {
+  admin_conn *c = h->data;
+  gw_admin *a = c->a;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    a->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  gw_buf_free(&c->url);
+  gw_buf_free(&c->out);
+  free(c);
+  admin_unref(a);
+}
+
+static void write_done(uv_write_t *w, int status) {
+  admin_conn *c = w->data;
+  (void)status;
+  uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}
+
+static void reply(admin_conn *c, int status, const char *ctype, const char *body,
+                  size_t len) {
+  gw_buf head = {0};
+  gw_buf_printf(&head,
+                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                "Connection: close\r\n\r\n",
+                status, policy_reason(status), ctype, status == 204 ? 0 : len);
+  if (status != 204)
+    gw_buf_append(&head, body, len);
+  gw_buf_free(&c->out);
+  c->out = head;
+  uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
+  c->wreq.data = c;
+  c->busy = 1;
+  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_done))
+    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}
+
+static void reply_problem(admin_conn *c, int status, const char *slug,
+                          const char *title, const char *detail) {
+  gw_buf b = {0};
+  policy_problem(&b, status, slug, title, detail);
+  reply(c, status, "application/problem+json", b.p, b.len);
+  gw_buf_free(&b);
+}
+
+static idem_store *admin_store(gw_admin *a) {
+  if (a->store)
+    return a->store;
+  uint64_t now = uv_now(a->loop);
+  if (now < a->store_retry_at)
+    return NULL;
+  a->store_retry_at = now + 1000;
+  char *msg = NULL;
+  int rc = idem_store_open(a->loop, a->cfg->store_uri, &a->store, &msg);
+  if (rc) {
+    fprintf(stderr, "idem serve: admin store %s: %s%s%s\n", a->cfg->store_uri,
+            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
+    free(msg);
+    a->store = NULL;
+  } else {
+    a->handles++;
+  }
+  return a->store;
+}
+
+static void json_record(gw_buf *o, const idem_record *r) {
+  static const char hex[] = "0123456789abcdef";
+  char fp[2 * IDEM_FINGERPRINT_LEN + 1];
+  for (int i = 0; i < IDEM_FINGERPRINT_LEN; i++) {
+    fp[2 * i] = hex[r->fingerprint[i] >> 4];
+    fp[2 * i + 1] = hex[r->fingerprint[i] & 15];
+  }
+  fp[2 * IDEM_FINGERPRINT_LEN] = 0;
+  gw_buf_puts(o, "{\"scope\":");
+  policy_json_string(o, r->scope ? r->scope : "", r->scope ? strlen(r->scope) : 0);
+  gw_buf_puts(o, ",\"key\":");
+  policy_json_string(o, r->key ? r->key : "", r->key ? strlen(r->key) : 0);
+  gw_buf_printf(o,
+                ",\"state\":\"%s\",\"fence\":%" PRIu64
+                ",\"fingerprint\":\"%s\",\"locked_until\":%" PRId64
+                ",\"expires_at\":%" PRId64 ",\"created_at\":%" PRId64
+                ",\"updated_at\":%" PRId64,
+                idem_state_name(r->state), r->fence, fp, r->locked_until,
+                r->expires_at, r->created_at, r->updated_at);
+  if (r->response.status) {
+    gw_buf_printf(o, ",\"response\":{\"status\":%d,\"headers\":",
+                  r->response.status);
+    policy_json_string(o, r->response.headers ? r->response.headers : "",
+                       r->response.headers_len);
+    gw_buf_printf(o, ",\"body_bytes\":%zu,\"body_base64\":\"", r->response.body_len);
+    size_t enc = 4 * ((r->response.body_len + 2) / 3) + 1;
+    if (!gw_buf_reserve(o, enc)) {
+      int n = EVP_EncodeBlock((unsigned char *)o->p + o->len,
+                              (const unsigned char *)r->response.body,
+                              (int)r->response.body_len);
+      if (n > 0)
+        o->len += (size_t)n;
+    }
+    gw_buf_puts(o, "\"}");
+  }
+  gw_buf_puts(o, "}\n");
+}
+
+static void on_store(idem_store *st, const idem_result *res, void *arg) {
+  admin_conn *c = arg;
+  (void)st;
+  c->busy = 0;
+  int is_get = c->p.method == HTTP_GET;
+  if (res->err == IDEM_ENOTFOUND || (!res->err && !is_get && res->count == 0) ||
+      (!res->err && is_get && !res->record)) {
+    reply_problem(c, 404, "no-record", "No record", "no record for this key and scope");
+  } else if (res->err) {
+    reply_problem(c, 503, "store-unavailable", "Store unavailable",
+                  idem_strerror(res->err));
+  } else if (is_get) {
+    gw_buf b = {0};
+    idem_record r = *res->record;
+    r.scope = c->scope;
+    r.key = c->key;
+    json_record(&b, &r);
+    reply(c, 200, "application/json", b.p, b.len);
+    gw_buf_free(&b);
+  } else {
+    reply(c, 204, "text/plain", "", 0);
+  }
+  admin_unref(c->a); /* the op's hold */
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decode [s, s+len) into out (cap bytes with NUL); -1 when bad. */
+static int pct_decode(const char *s, size_t len, char *out, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = s[i];
+    if (ch == '%') {
+      if (i + 2 >= len)
+        return -1;
+      int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+      if (hi < 0 || lo < 0)
+        return -1;
+      ch = (char)(hi * 16 + lo);
+      i += 2;
+    } else if (ch == '+') {
+      ch = ' ';
+    }
+    if (o + 1 >= cap)
+      return -1;
+    out[o++] = ch;
+  }
+  out[o] = 0;
+  return (int)o;
+}
+
+static void route(admin_conn *c) {
+  gw_admin *a = c->a;
+  const char *u = c->url.p;
+  size_t ulen = c->url.len;
+  const char *q = memchr(u, '?', ulen);
+  size_t plen = q ? (size_t)(q - u) : ulen;
+  int m = c->p.method;
+  if (gw_ieq(u, plen, "/healthz")) {
+    if (m != HTTP_GET && m != HTTP_HEAD)
+      goto not_allowed;
+    reply(c, 200, "text/plain", "ok\n", 3);
+    return;
+  }
+  if (gw_ieq(u, plen, "/metrics")) {
+    if (m != HTTP_GET)
+      goto not_allowed;
+    gw_buf b = {0};
+    gw_metrics_render(&b);
+    reply(c, 200, "text/plain; version=0.0.4", b.p, b.len);
+    gw_buf_free(&b);
+    return;
+  }
+  if (plen > 6 && !strncmp(u, "/keys/", 6)) {
+    if (m != HTTP_GET && m != HTTP_DELETE)
+      goto not_allowed;
+    int klen = pct_decode(u + 6, plen - 6, c->key, sizeof c->key);
+    if (klen <= 0 || !idem_key_valid(c->key, (size_t)klen)) {
+      reply_problem(c, 400, "invalid-key", "Invalid key",
+                    "the key must be 1 to 255 printable ASCII characters, "
+                    "percent-encoded in the path");
+      return;
+    }
+    c->scope[0] = 0;
+    if (q) {
+      const char *qs = q + 1;
+      size_t qlen = ulen - plen - 1;
+      if (qlen >= 6 && !strncmp(qs, "scope=", 6)) {
+        size_t vlen = strcspn(qs + 6, "&");
+        if (vlen > qlen - 6)
+          vlen = qlen - 6;
+        if (pct_decode(qs + 6, vlen, c->scope, sizeof c->scope) < 0) {
+          reply_problem(c, 400, "invalid-scope", "Invalid scope",
+                        "the scope must be at most 255 bytes, percent-encoded");
+          return;
+        }
+      }
+    }
+    idem_store *st = admin_store(a);
+    if (!st) {
+      reply_problem(c, 503, "store-unavailable", "Store unavailable",
+                    "the store could not be opened");
+      return;
+    }
+    idem_op op = {0};
+    op.kind = m == HTTP_GET ? IDEM_OP_GET : IDEM_OP_DELETE;
+    op.scope = c->scope;
+    op.key = c->key;
+    c->busy = 1;
+    a->handles++;
+    int rc = idem_store_submit(st, &op, on_store, c);
+    if (rc) {
+      a->handles--;
+      c->busy = 0;
+      reply_problem(c, 503, "store-unavailable", "Store unavailable",
+                    idem_strerror(rc));
+    }
+    return;
+  }
+  reply_problem(c, 404, "not-found", "Not Found",
+                "admin paths: /healthz, /metrics, /keys/KEY");
+  return;
+not_allowed:
+  reply_problem(c, 405, "method-not-allowed", "Method Not Allowed",
+                "this admin path does not take that method");
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+  admin_conn *c = p->data;
+  return gw_buf_append(&c->url, at, len);
+}
+
+static int on_complete(http_parser *p) {
+  admin_conn *c = p->data;
+  c->complete = 1;
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+static const http_parser_settings settings = {
+    .on_url = on_url,
+    .on_message_complete = on_complete,
+};
+
+static void alloc_cb(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
+  static char slab[4096];
+  (void)h;
+  (void)sz;
+  buf->base = slab;
+  buf->len = sizeof slab;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  admin_conn *c = s->data;
+  if (c->complete || c->busy)
+    return;
+  if (n < 0) {
+    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    return;
+  }
+  c->got += (size_t)n;
+  http_parser_execute(&c->p, &settings, buf->base, (size_t)n);
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
+  if (c->complete) {
+    uv_read_stop(s);
+    route(c);
+  } else if (e != HPE_OK || c->got > ADMIN_MAX_REQUEST) {
+    uv_read_stop(s);
+    reply_problem(c, 400, "bad-request", "Bad Request", "malformed request");
+  }
+}
+
+static void on_connection(uv_stream_t *l, int status) {
+  gw_admin *a = l->data;
+  if (status < 0 || a->stopping)
+    return;
+  admin_conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return;
+  c->a = a;
+  uv_tcp_init(a->loop, &c->tcp);
+  c->tcp.data = c;
+  a->handles++;
+  c->next = a->conns;
+  if (a->conns)
+    a->conns->prev = c;
+  a->conns = c;
+  if (uv_accept(l, (uv_stream_t *)&c->tcp)) {
+    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    return;
+  }
+  http_parser_init(&c->p, HTTP_REQUEST);
+  c->p.data = c;
+  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+}
+
+static void free_admin(uv_handle_t *h) { free(h->data); }
+
+gw_admin *gw_admin_start(uv_loop_t *loop, const gw_config *cfg, int fd) {
+  gw_admin *a = calloc(1, sizeof *a);
+  if (!a)
+    return NULL;
+  a->loop = loop;
+  a->cfg = cfg;
+  uv_tcp_init(loop, &a->listener);
+  a->listener.data = a;
+  a->handles = 1;
+  if (uv_tcp_open(&a->listener, fd) ||
+      uv_listen((uv_stream_t *)&a->listener, 128, on_connection)) {
+    uv_close((uv_handle_t *)&a->listener, (uv_close_cb)free_admin);
+    return NULL;
+  }
+  admin_store(a);
+  return a;
+}
+
+static void listener_closed(uv_handle_t *h) { admin_unref(h->data); }
+static void store_closed(idem_store *st, void *arg) {
+  (void)st;
+  admin_unref(arg);
+}
+
+void gw_admin_stop(gw_admin *a, void (*done)(void *), void *arg) {
+  a->stopping = 1;
+  a->done = done;
+  a->done_arg = arg;
+  if (a->store) {
+    idem_store *st = a->store;
+    a->store = NULL;
+    idem_store_close(st, store_closed, a);
+  }
+  uv_close((uv_handle_t *)&a->listener, listener_closed);
+  for (admin_conn *c = a->conns; c; c = c->next)
+    if (!c->busy && !uv_is_closing((uv_handle_t *)&c->tcp))
+      uv_close((uv_handle_t *)&c->tcp, conn_closed);
+}

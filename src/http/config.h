@@ -1,0 +1,63 @@
+/*
+ * config.h - everything `idem serve` is told on its command line, parsed and
+ * checked. The CLI (src/cli/serve.c) only calls gw_config_parse and gw_run.
+ */
+#ifndef IDEM_HTTP_CONFIG_H
+#define IDEM_HTTP_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_MAX_METHODS 16
+
+typedef struct {
+  char host[256]; /* numeric address, IPv4 or IPv6 (no brackets) */
+  int port;
+} gw_addr;
+
+typedef struct {
+  gw_addr listen;            /* --listen, default 127.0.0.1:8081 */
+  char upstream_host[256];   /* --upstream http://HOST:PORT */
+  int upstream_port;
+  char upstream_authority[300]; /* "HOST:PORT" for a Host header */
+  const char *store_uri;     /* --store, default lmdb:./idem-data */
+  int64_t ttl_ms;            /* --ttl, default 24h */
+  int64_t lock_ttl_ms;       /* --lock-ttl, default 30s */
+  char methods[GW_MAX_METHODS][16]; /* --methods, default POST,PATCH */
+  int nmethods;
+  int require_key;           /* --require-key */
+  char scope_header[128];    /* --scope-header, "" for none */
+  int64_t wait_ms;           /* --wait, default 0 */
+  int fail_open;             /* --on-store-error open */
+  uint64_t max_body;         /* --max-body, default 1MiB */
+  uint64_t max_response;     /* --max-response, default 8MiB */
+  uint64_t max_header;       /* --max-header, default 32KiB */
+  int64_t upstream_timeout_ms; /* --upstream-timeout, default 30s */
+  int64_t client_timeout_ms; /* --client-timeout, default 10s */
+  int64_t idle_timeout_ms;   /* --idle-timeout, default 60s */
+  int has_admin;
+  gw_addr admin;             /* --admin-listen */
+  int workers;               /* --workers, default: number of cores */
+} gw_config;
+
+/* Defaults, before any flag. */
+void gw_config_init(gw_config *cfg);
+
+/*
+ * Parse argv (argv[0] is the subcommand name). Returns 0 when ready to run,
+ * 1 when --help was asked (nothing else to do), or -1 with a sentence naming
+ * the flag and the accepted form in err.
+ */
+int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
+                    size_t errlen);
+
+/* The usage text of `idem serve --help`. */
+extern const char gw_config_usage[];
+
+/* Parse "HOST:PORT", "[V6]:PORT" or ":PORT" into a numeric address. */
+int gw_addr_parse(const char *text, gw_addr *out);
+
+/* Write "HOST:PORT" or "[V6]:PORT". */
+void gw_addr_format(const char *host, int port, char *out, size_t len);
+
+#endif

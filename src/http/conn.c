@@ -1,0 +1,430 @@
+/*
+ * conn.c - one client connection: read, parse, hand complete requests to the
+ * engine one at a time (so pipelined requests are answered in order), write
+ * answers with writev, and enforce the client-side limits and timeouts.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/gateway.h"
+#include "http/metrics.h"
+#include "http/policy.h"
+
+#define READ_CHUNK 65536
+#define LINGER_MS 2000 /* after an error answer: drain input, then close */
+
+enum { T_NONE = 0, T_REQUEST, T_IDLE, T_LINGER };
+
+struct gw_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_shutdown_t shutdown_req;
+  uv_write_t cont_wreq;
+  gw_worker *w;
+  gw_conn *next, *prev;
+  gw_reqparser rp;
+  gw_buf in;
+  size_t in_off;
+  gw_exchange *ex; /* the request being answered */
+  int refs;        /* open handles + active exchange */
+  int timer_mode;
+  int closing;     /* uv_close called */
+  int lingering;   /* answered with close: discarding input until EOF */
+  int peer_eof;
+  int reading;
+  int cont_pending;
+};
+
+static void process(gw_conn *c);
+static void dispatch(gw_conn *c, gw_request *req);
+
+/* ---- lifetime ---- */
+
+static void conn_unref(gw_conn *c) {
+  if (--c->refs > 0)
+    return;
+  gw_worker *w = c->w;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    w->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  w->nconns--;
+  gw_reqparser_free(&c->rp);
+  gw_buf_free(&c->in);
+  free(c);
+  gw_metrics_connections(-1);
+  if (w->stopping && w->nconns == 0)
+    gw_worker_idle(w);
+}
+
+static void on_handle_close(uv_handle_t *h) { conn_unref(h->data); }
+
+static void conn_close(gw_conn *c) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  uv_close((uv_handle_t *)&c->tcp, on_handle_close);
+  uv_close((uv_handle_t *)&c->timer, on_handle_close);
+}
+
+static void exchange_free(gw_exchange *ex) {
+  if (ex->req) {
+    gw_request_free(ex->req);
+    free(ex->req);
+  }
+  gw_buf_free(&ex->up_head);
+  upstream_response_free(&ex->up);
+  gw_buf_free(&ex->stored_headers);
+  if (ex->replay) {
+    idem_record_clear(ex->replay);
+    free(ex->replay);
+  }
+  gw_buf_free(&ex->out_hdrs);
+  gw_buf_free(&ex->out_head);
+  gw_buf_free(&ex->out_body);
+  free(ex);
+}
+
+/* ---- timers ---- */
+
+static void on_timer(uv_timer_t *t);
+
+static void timer_set(gw_conn *c, int mode, int64_t ms) {
+  c->timer_mode = mode;
+  if (mode == T_NONE)
+    uv_timer_stop(&c->timer);
+  else
+    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+static void send_error(gw_conn *c, int status, const char *detail);
+
+static void on_timer(uv_timer_t *t) {
+  gw_conn *c = t->data;
+  if (c->timer_mode == T_REQUEST && c->rp.started && !c->ex) {
+    gw_metrics_outcome(GW_OUT_CLIENT_TIMEOUT);
+    send_error(c, 408, "the request did not arrive in time");
+    return;
+  }
+  conn_close(c);
+}
+
+/* ---- reading ---- */
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  gw_conn *c = h->data;
+  (void)suggested;
+  if (c->lingering) {
+    static _Thread_local char sink[16384];
+    buf->base = sink;
+    buf->len = sizeof sink;
+    return;
+  }
+  if (gw_buf_reserve(&c->in, READ_CHUNK)) {
+    buf->base = NULL;
+    buf->len = 0;
+    return;
+  }
+  buf->base = c->in.p + c->in.len;
+  buf->len = c->in.cap - c->in.len;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  gw_conn *c = s->data;
+  (void)buf;
+  if (c->closing)
+    return;
+  if (c->lingering) {
+    if (nread < 0)
+      conn_close(c);
+    return;
+  }
+  if (nread > 0) {
+    c->in.len += (size_t)nread;
+    process(c);
+    return;
+  }
+  if (nread == 0)
+    return;
+  c->peer_eof = 1;
+  uv_read_stop(s);
+  c->reading = 0;
+  if (c->ex)
+    return; /* answer the request in flight, then close */
+  if (c->rp.started && gw_reqparser_eof(&c->rp) == GW_PARSE_DONE) {
+    dispatch(c, gw_reqparser_take(&c->rp));
+    return;
+  }
+  conn_close(c);
+}
+
+static void start_reading(gw_conn *c) {
+  if (!c->reading && !c->peer_eof && !c->closing) {
+    if (uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) == 0)
+      c->reading = 1;
+  }
+}
+
+static void stop_reading(gw_conn *c) {
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  }
+}
+
+static void cont_cb(uv_write_t *w, int status) {
+  gw_conn *c = w->data;
+  (void)status;
+  c->cont_pending = 0;
+  conn_unref(c);
+}
+
+static void send_continue(gw_conn *c) {
+  static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  if (c->cont_pending)
+    return;
+  uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+  c->cont_wreq.data = c;
+  if (uv_write(&c->cont_wreq, (uv_stream_t *)&c->tcp, &b, 1, cont_cb) == 0) {
+    c->cont_pending = 1;
+    c->refs++;
+  }
+}
+
+static void dispatch(gw_conn *c, gw_request *req) {
+  gw_exchange *ex = calloc(1, sizeof *ex);
+  if (!ex) {
+    gw_request_free(req);
+    free(req);
+    send_error(c, 503, "out of memory");
+    return;
+  }
+  ex->w = c->w;
+  ex->conn = c;
+  ex->req = req;
+  ex->started_ns = uv_hrtime();
+  c->ex = ex;
+  c->refs++;
+  stop_reading(c);
+  timer_set(c, T_NONE, 0);
+  gw_engine_handle(ex);
+}
+
+static void process(gw_conn *c) {
+  while (!c->ex && !c->closing && !c->lingering && c->in_off < c->in.len) {
+    int was_started = c->rp.started;
+    size_t used = 0;
+    gw_parse_result r = gw_reqparser_feed(&c->rp, c->in.p + c->in_off,
+                                          c->in.len - c->in_off, &used);
+    c->in_off += used;
+    if (!was_started && c->rp.started && c->timer_mode != T_REQUEST)
+      timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
+    if (r == GW_PARSE_ERROR) {
+      int st = c->rp.error_status;
+      gw_metrics_outcome(st == 413   ? GW_OUT_TOO_LARGE
+                         : st == 431 ? GW_OUT_HEADER_TOO_LARGE
+                                     : GW_OUT_BAD_REQUEST);
+      send_error(c, st, c->rp.error_detail);
+      return;
+    }
+    if (r == GW_PARSE_HEAD) {
+      send_continue(c);
+      continue;
+    }
+    if (r == GW_PARSE_DONE) {
+      dispatch(c, gw_reqparser_take(&c->rp));
+      break;
+    }
+  }
+  if (c->closing || c->lingering)
+    return;
+  if (c->in_off == c->in.len) {
+    c->in_off = c->in.len = 0;
+  } else if (c->in_off > READ_CHUNK) {
+    memmove(c->in.p, c->in.p + c->in_off, c->in.len - c->in_off);
+    c->in.len -= c->in_off;
+    c->in_off = 0;
+  }
+  if (!c->ex) {
+    if (c->peer_eof) {
+      conn_close(c);
+      return;
+    }
+    start_reading(c);
+  }
+}
+
+/* ---- writing ---- */
+
+static void shutdown_cb(uv_shutdown_t *req, int status) {
+  gw_conn *c = req->data;
+  (void)status;
+  conn_unref(c);
+}
+
+/* Answered with Connection: close. Closing with unread input would make the
+ * kernel send a reset that can destroy the answer before the client reads
+ * it, so send FIN, drain input for a moment, then close. */
+static void linger_close(gw_conn *c) {
+  if (c->closing)
+    return;
+  if (c->peer_eof) {
+    conn_close(c);
+    return;
+  }
+  c->lingering = 1;
+  c->shutdown_req.data = c;
+  if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, shutdown_cb)) {
+    conn_close(c);
+    return;
+  }
+  c->refs++;
+  timer_set(c, T_LINGER, LINGER_MS);
+  stop_reading(c);
+  start_reading(c);
+}
+
+static void write_cb(uv_write_t *wr, int status) {
+  gw_exchange *ex = wr->data;
+  gw_conn *c = ex->conn;
+  int close = ex->close_after;
+  exchange_free(ex);
+  c->ex = NULL;
+  if (status < 0)
+    conn_close(c);
+  else if (close)
+    linger_close(c);
+  else if (!c->closing) {
+    process(c);
+    if (!c->ex && !c->closing && !c->rp.started)
+      timer_set(c, T_IDLE, c->w->cfg->idle_timeout_ms);
+    else if (!c->ex && !c->closing && c->timer_mode != T_REQUEST)
+      timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
+  }
+  conn_unref(c);
+}
+
+void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
+                     size_t headers_len, const char *body, size_t body_len,
+                     unsigned flags) {
+  gw_conn *c = ex->conn;
+  gw_request *req = ex->req;
+  if (c->closing) {
+    exchange_free(ex);
+    c->ex = NULL;
+    conn_unref(c);
+    return;
+  }
+  int is_head = req && req->is_head;
+  int close = (flags & GW_RESP_CLOSE) || !req || !req->keep_alive ||
+              req->upgrade || c->peer_eof || c->w->stopping;
+  gw_buf *h = &ex->out_head;
+  h->len = 0;
+  int err = gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));
+  err |= gw_buf_append(h, headers, headers_len);
+  if (!(flags & (GW_RESP_OWN_CL | GW_RESP_NO_CL)) && status != 204 &&
+      status != 304 && status >= 200)
+    err |= gw_buf_printf(h, "Content-Length: %zu\r\n", body_len);
+  if (close)
+    err |= gw_buf_puts(h, "Connection: close\r\n");
+  else if (req->http_minor == 0)
+    err |= gw_buf_puts(h, "Connection: keep-alive\r\n");
+  err |= gw_buf_puts(h, "\r\n");
+  if (err) {
+    exchange_free(ex);
+    c->ex = NULL;
+    conn_close(c);
+    conn_unref(c);
+    return;
+  }
+  unsigned n = 1;
+  ex->out_bufs[0] = uv_buf_init(h->p, (unsigned)h->len);
+  if (!is_head && body_len && status >= 200 && status != 204 && status != 304)
+    ex->out_bufs[n++] = uv_buf_init((char *)body, (unsigned)body_len);
+  ex->wreq.data = ex;
+  ex->close_after = close;
+  if (uv_write(&ex->wreq, (uv_stream_t *)&c->tcp, ex->out_bufs, n, write_cb)) {
+    exchange_free(ex);
+    c->ex = NULL;
+    conn_close(c);
+    conn_unref(c);
+    return;
+  }
+}
+
+void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
+                     const char *title, const char *detail,
+                     const char *extra_headers, unsigned flags) {
+  ex->out_body.len = 0;
+  policy_problem(&ex->out_body, status, slug, title, detail);
+  gw_buf *hb = &ex->out_hdrs;
+  hb->len = 0;
+  gw_buf_puts(hb, "Content-Type: application/problem+json\r\n");
+  if (extra_headers)
+    gw_buf_puts(hb, extra_headers);
+  gw_conn_respond(ex, status, hb->p, hb->len, ex->out_body.p, ex->out_body.len,
+                  flags);
+}
+
+/* An answer outside any request (bad framing, limits, timeouts): it always
+ * closes the connection. */
+static void send_error(gw_conn *c, int status, const char *detail) {
+  gw_exchange *ex = calloc(1, sizeof *ex);
+  if (!ex) {
+    conn_close(c);
+    return;
+  }
+  ex->w = c->w;
+  ex->conn = c;
+  c->ex = ex;
+  c->refs++;
+  stop_reading(c);
+  timer_set(c, T_NONE, 0);
+  const char *slug = status == 413   ? "body-too-large"
+                     : status == 431 ? "headers-too-large"
+                     : status == 408 ? "request-timeout"
+                                     : "bad-request";
+  gw_conn_problem(ex, status, slug, policy_reason(status), detail, NULL,
+                  GW_RESP_CLOSE);
+}
+
+/* ---- accept and drain ---- */
+
+void gw_conn_accept(gw_worker *w) {
+  gw_conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return;
+  c->w = w;
+  uv_tcp_init(&w->loop, &c->tcp);
+  uv_timer_init(&w->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->refs = 2;
+  c->next = w->conns;
+  if (w->conns)
+    w->conns->prev = c;
+  w->conns = c;
+  w->nconns++;
+  gw_metrics_connections(1);
+  gw_reqparser_init(&c->rp, w->cfg);
+  if (uv_accept((uv_stream_t *)&w->listener, (uv_stream_t *)&c->tcp)) {
+    conn_close(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  timer_set(c, T_REQUEST, w->cfg->client_timeout_ms);
+  start_reading(c);
+}
+
+void gw_conn_drain_all(gw_worker *w) {
+  gw_conn *c = w->conns;
+  while (c) {
+    gw_conn *next = c->next;
+    if (!c->ex && !c->rp.started && !c->lingering)
+      conn_close(c);
+    c = next;
+  }
+  if (w->nconns == 0)
+    gw_worker_idle(w);
+}

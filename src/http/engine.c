@@ -1,0 +1,499 @@
+/*
+ * engine.c - the idempotency flow of one request (DESIGN.md, "The gateway
+ * contract"):
+ *
+ *   no semantics / no key ──────────────────────────► forward, answer
+ *   claim ─ CLAIMED ─► forward with Idempotency-Fence ─┬ stored status ► complete ► answer
+ *         │                                            ├ released status ► release ► answer
+ *         │                                            ├ not sent ► release ► 502
+ *         │                                            └ sent, no answer ► 502/504, lease kept
+ *         ├ REPLAY ─► stored answer + Idempotent-Replayed: true
+ *         ├ MISMATCH ─► 422
+ *         ├ BUSY ─► 409 + Retry-After, or with --wait re-claim until the deadline
+ *         └ store error ─► 503 + Retry-After, or forward (--on-store-error open)
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/gateway.h"
+#include "http/metrics.h"
+#include "http/policy.h"
+
+enum { AFTER_UPSTREAM_ANSWER = 0, AFTER_502_UNREACHABLE };
+
+static void forward(gw_exchange *ex);
+static void claim(gw_exchange *ex);
+
+static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
+
+/* ---- store handle ---- */
+
+static idem_store *worker_store(gw_worker *w) {
+  if (w->store)
+    return w->store;
+  uint64_t now = uv_now(&w->loop);
+  if (now < w->store_retry_at)
+    return NULL;
+  w->store_retry_at = now + 1000;
+  char *msg = NULL;
+  int rc = idem_store_open(&w->loop, w->cfg->store_uri, &w->store, &msg);
+  if (rc) {
+    fprintf(stderr, "idem serve: store %s: %s%s%s\n", w->cfg->store_uri,
+            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
+    free(msg);
+    w->store = NULL;
+  }
+  return w->store;
+}
+
+/* ---- answers ---- */
+
+/* Replayable headers of an upstream answer: everything but hop-by-hop
+ * headers, those named in its Connection header, and framing. */
+static int filter_headers(const upstream_response *up, gw_buf *out) {
+  size_t clen = 0;
+  const char *conn = gw_headers_get(&up->headers, "Connection", &clen, NULL);
+  const gw_headers *h = &up->headers;
+  out->len = 0;
+  for (size_t i = 0; i < h->n; i++) {
+    const char *name = gw_header_name(h, i);
+    size_t nlen = h->v[i].name_len;
+    if (policy_hop_header(name, nlen))
+      continue;
+    if (conn) {
+      char tmp[128];
+      if (nlen < sizeof tmp) {
+        memcpy(tmp, name, nlen);
+        tmp[nlen] = 0;
+        if (gw_has_token(conn, clen, tmp))
+          continue;
+      }
+    }
+    if (gw_buf_append(out, name, nlen) || gw_buf_append(out, ": ", 2) ||
+        gw_buf_append(out, gw_header_value(h, i), h->v[i].value_len) ||
+        gw_buf_append(out, "\r\n", 2))
+      return -1;
+  }
+  /* an empty block still needs a valid pointer */
+  return gw_buf_reserve(out, 1);
+}
+
+static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
+  gw_metrics_outcome(outcome);
+  upstream_response *up = &ex->up;
+  gw_buf *h = &ex->stored_headers;
+  unsigned flags = 0;
+  if (ex->req->is_head) {
+    size_t len = 0;
+    const char *cl = gw_headers_get(&up->headers, "Content-Length", &len, NULL);
+    if (cl)
+      gw_buf_printf(h, "Content-Length: %.*s\r\n", (int)len, cl);
+    flags |= GW_RESP_OWN_CL;
+  }
+  if (!up->keep_alive && 0)
+    flags |= GW_RESP_CLOSE;
+  gw_conn_respond(ex, up->status, h->p, h->len, up->body.p, up->body.len, flags);
+}
+
+static void problem(gw_exchange *ex, gw_outcome outcome, int status,
+                    const char *slug, const char *title, const char *detail,
+                    const char *extra) {
+  gw_metrics_outcome(outcome);
+  gw_conn_problem(ex, status, slug, title, detail, extra, 0);
+}
+
+static void answer_upstream_failure(gw_exchange *ex) {
+  switch (ex->up.kind) {
+  case UP_TIMEOUT:
+    problem(ex, GW_OUT_UPSTREAM_TIMEOUT, 504, "upstream-timeout",
+            "Upstream timed out",
+            ex->claimed ? "the upstream did not answer in time; the request may "
+                          "have run, so the key stays locked until its lease ends"
+                        : "the upstream did not answer in time",
+            NULL);
+    break;
+  case UP_CONNECT_FAILED:
+    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-unreachable",
+            "Upstream unreachable",
+            ex->claimed ? "the upstream could not be reached; the request was not "
+                          "sent and the key was released, retry"
+                        : "the upstream could not be reached",
+            NULL);
+    break;
+  case UP_TOO_LARGE:
+    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-response-too-large",
+            "Upstream response too large",
+            "the upstream answer exceeded the gateway's --max-response limit",
+            NULL);
+    break;
+  default:
+    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-failed",
+            "Upstream failed",
+            ex->claimed ? "the upstream connection broke before a complete answer; "
+                          "the request may have run, so the key stays locked "
+                          "until its lease ends"
+                        : "the upstream connection broke before a complete answer",
+            NULL);
+  }
+}
+
+static void answer_replay(gw_exchange *ex, const idem_record *rec) {
+  ex->replay = calloc(1, sizeof *ex->replay);
+  if (!ex->replay || idem_record_copy(ex->replay, rec)) {
+    free(ex->replay);
+    ex->replay = NULL;
+    problem(ex, GW_OUT_STORE_ERROR, 503, "out-of-memory", "Service Unavailable",
+            "the gateway ran out of memory", "Retry-After: 1\r\n");
+    return;
+  }
+  const idem_response *r = &ex->replay->response;
+  if (r->status < 200) {
+    problem(ex, GW_OUT_STORE_ERROR, 500, "record-without-response",
+            "Stored record has no response",
+            "the key's record holds no replayable response", NULL);
+    return;
+  }
+  gw_metrics_outcome(GW_OUT_REPLAYED);
+  gw_buf *h = &ex->out_hdrs;
+  h->len = 0;
+  gw_buf_append(h, r->headers, r->headers_len);
+  gw_buf_puts(h, "Idempotent-Replayed: true\r\n");
+  gw_conn_respond(ex, r->status, h->p, h->len, r->body, r->body_len, 0);
+}
+
+/* ---- store failures ---- */
+
+static void store_failed(gw_exchange *ex, const char *op, int err) {
+  fprintf(stderr, "idem serve: store %s of key '%s' failed: %s\n", op, ex->key,
+          idem_strerror(err));
+  if (ex->w->cfg->fail_open) {
+    ex->bypass = 1;
+    forward(ex);
+    return;
+  }
+  problem(ex, GW_OUT_STORE_ERROR, 503, "store-unavailable", "Store unavailable",
+          "the idempotency store could not be reached; the request was not run",
+          "Retry-After: 1\r\n");
+}
+
+/* ---- complete and release ---- */
+
+static void on_complete(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  gw_metrics_observe(GW_HIST_COMPLETE, since_us(ex->op_started_ns));
+  gw_metrics_leases(-1);
+  if (res->err) {
+    /* The upstream answered: the client still gets that answer. The lease
+     * keeps immediate duplicates out until it ends. */
+    gw_metrics_complete_failed();
+    fprintf(stderr,
+            "idem serve: storing the answer of key '%s' (fence %" PRIu64
+            ") failed: %s\n",
+            ex->key, ex->fence, idem_strerror(res->err));
+  }
+  answer_upstream(ex, GW_OUT_EXECUTED);
+}
+
+static void complete(gw_exchange *ex, int status, const gw_buf *headers,
+                     const gw_buf *body) {
+  idem_store *st = ex->w->store;
+  idem_op op = {0};
+  op.kind = IDEM_OP_COMPLETE;
+  op.scope = ex->scope;
+  op.key = ex->key;
+  op.fence = ex->fence;
+  op.ttl_ms = ex->w->cfg->ttl_ms;
+  op.response.status = status;
+  op.response.headers = headers->p ? headers->p : "";
+  op.response.headers_len = headers->len;
+  op.response.body = body->p ? body->p : "";
+  op.response.body_len = body->len;
+  ex->op_started_ns = uv_hrtime();
+  int rc = st ? idem_store_submit(st, &op, on_complete, ex) : IDEM_ESTORE;
+  if (rc) {
+    idem_result res = {0};
+    res.err = rc;
+    on_complete(st, &res, ex);
+  }
+}
+
+static void on_release(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  gw_metrics_observe(GW_HIST_RELEASE, since_us(ex->op_started_ns));
+  gw_metrics_leases(-1);
+  if (res->err) {
+    gw_metrics_release_failed();
+    fprintf(stderr,
+            "idem serve: releasing key '%s' (fence %" PRIu64 ") failed: %s\n",
+            ex->key, ex->fence, idem_strerror(res->err));
+  }
+  if (ex->after_release == AFTER_502_UNREACHABLE)
+    answer_upstream_failure(ex);
+  else
+    answer_upstream(ex, GW_OUT_RELEASED);
+}
+
+static void release(gw_exchange *ex, int after) {
+  idem_store *st = ex->w->store;
+  idem_op op = {0};
+  op.kind = IDEM_OP_RELEASE;
+  op.scope = ex->scope;
+  op.key = ex->key;
+  op.fence = ex->fence;
+  ex->after_release = after;
+  ex->op_started_ns = uv_hrtime();
+  int rc = st ? idem_store_submit(st, &op, on_release, ex) : IDEM_ESTORE;
+  if (rc) {
+    idem_result res = {0};
+    res.err = rc;
+    on_release(st, &res, ex);
+  }
+}
+
+/* ---- upstream ---- */
+
+static void on_upstream(void *arg, upstream_response *up) {
+  gw_exchange *ex = arg;
+  gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
+  if (up->kind == UP_OK && filter_headers(up, &ex->stored_headers)) {
+    up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
+  }
+  if (!ex->claimed) {
+    if (up->kind == UP_OK)
+      answer_upstream(ex, ex->bypass ? GW_OUT_STORE_BYPASS : GW_OUT_PASSTHROUGH);
+    else
+      answer_upstream_failure(ex);
+    return;
+  }
+  switch (up->kind) {
+  case UP_OK:
+    if (policy_status_stored(up->status))
+      complete(ex, up->status, &ex->stored_headers, &up->body);
+    else
+      release(ex, AFTER_UPSTREAM_ANSWER);
+    return;
+  case UP_CONNECT_FAILED:
+    release(ex, AFTER_502_UNREACHABLE);
+    return;
+  case UP_TOO_LARGE: {
+    /* The request ran but its answer cannot be kept. Releasing would let a
+     * retry run it twice, so the key is completed with a 502 that says so. */
+    gw_buf *b = &ex->out_body, *h = &ex->stored_headers;
+    b->len = h->len = 0;
+    policy_problem(b, 502, "upstream-response-too-large",
+                   "Upstream response too large",
+                   "the request ran, but its answer exceeded the gateway's "
+                   "--max-response limit and was not kept");
+    gw_buf_puts(h, "Content-Type: application/problem+json\r\n");
+    up->status = 502;
+    up->body.len = 0;
+    gw_buf_append(&up->body, b->p, b->len);
+    up->kind = UP_OK;
+    complete(ex, 502, h, &up->body);
+    return;
+  }
+  default:
+    /* sent, no complete answer: the lease stays until it ends */
+    gw_metrics_leases(-1);
+    answer_upstream_failure(ex);
+  }
+}
+
+static int method_retry_safe(const char *m) {
+  return !strcmp(m, "GET") || !strcmp(m, "HEAD") || !strcmp(m, "OPTIONS") ||
+         !strcmp(m, "PUT") || !strcmp(m, "DELETE") || !strcmp(m, "TRACE");
+}
+
+static void forward(gw_exchange *ex) {
+  gw_request *r = ex->req;
+  gw_buf *b = &ex->up_head;
+  const gw_headers *h = &r->headers;
+  size_t clen = 0;
+  const char *conn = gw_headers_get(h, "Connection", &clen, NULL);
+  int has_host = 0, had_framing = 0, err = 0;
+  b->len = 0;
+  err |= gw_buf_printf(b, "%s %.*s HTTP/1.1\r\n", r->method, (int)r->target.len,
+                       r->target.p);
+  for (size_t i = 0; i < h->n; i++) {
+    const char *name = gw_header_name(h, i);
+    size_t nlen = h->v[i].name_len;
+    if (gw_ieq(name, nlen, "Content-Length") ||
+        gw_ieq(name, nlen, "Transfer-Encoding"))
+      had_framing = 1;
+    if (policy_request_header_dropped(name, nlen))
+      continue;
+    if (conn && nlen < 128) {
+      char tmp[128];
+      memcpy(tmp, name, nlen);
+      tmp[nlen] = 0;
+      if (gw_has_token(conn, clen, tmp))
+        continue;
+    }
+    if (gw_ieq(name, nlen, "Host"))
+      has_host = 1;
+    err |= gw_buf_append(b, name, nlen);
+    err |= gw_buf_append(b, ": ", 2);
+    err |= gw_buf_append(b, gw_header_value(h, i), h->v[i].value_len);
+    err |= gw_buf_append(b, "\r\n", 2);
+  }
+  if (!has_host)
+    err |= gw_buf_printf(b, "Host: %s\r\n", ex->w->cfg->upstream_authority);
+  if (ex->claimed)
+    err |= gw_buf_printf(b, "Idempotency-Fence: %" PRIu64 "\r\n", ex->fence);
+  if (r->body.len || had_framing)
+    err |= gw_buf_printf(b, "Content-Length: %zu\r\n", r->body.len);
+  err |= gw_buf_puts(b, "\r\n");
+  if (err) {
+    ex->up.kind = UP_CONNECT_FAILED;
+    on_upstream(ex, &ex->up);
+    return;
+  }
+  unsigned n = 1;
+  ex->up_bufs[0] = uv_buf_init(b->p, (unsigned)b->len);
+  if (r->body.len)
+    ex->up_bufs[n++] = uv_buf_init(r->body.p, (unsigned)r->body.len);
+  ex->op_started_ns = uv_hrtime();
+  upstream_send(ex->w->pool, ex->up_bufs, n, r->is_head,
+                !ex->claimed && method_retry_safe(r->method), &ex->up,
+                on_upstream, ex);
+}
+
+/* ---- claim and wait ---- */
+
+static void on_wait_timer(uv_timer_t *t) {
+  gw_exchange *ex = t->data;
+  uv_close((uv_handle_t *)t, (uv_close_cb)free);
+  claim(ex);
+}
+
+static void on_claim(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  gw_metrics_observe(GW_HIST_CLAIM, since_us(ex->op_started_ns));
+  if (res->err) {
+    store_failed(ex, "claim", res->err);
+    return;
+  }
+  const gw_config *cfg = ex->w->cfg;
+  switch (res->outcome) {
+  case IDEM_CLAIMED:
+    ex->claimed = 1;
+    ex->fence = res->fence;
+    gw_metrics_leases(1);
+    forward(ex);
+    return;
+  case IDEM_REPLAY:
+    if (!res->record) {
+      problem(ex, GW_OUT_STORE_ERROR, 500, "record-without-response",
+              "Stored record has no response",
+              "the store answered replay without a record", NULL);
+      return;
+    }
+    answer_replay(ex, res->record);
+    return;
+  case IDEM_MISMATCH:
+    problem(ex, GW_OUT_MISMATCH, 422, "key-reused",
+            "Idempotency-Key reused with a different request",
+            "this key was already used with a different method, target or "
+            "body; use a new key for a new request",
+            NULL);
+    return;
+  case IDEM_BUSY:
+  default: {
+    uint64_t now = uv_now(&ex->w->loop);
+    if (cfg->wait_ms > 0 && !ex->w->stopping) {
+      if (!ex->wait_deadline)
+        ex->wait_deadline = (int64_t)now + cfg->wait_ms;
+      if ((int64_t)now < ex->wait_deadline) {
+        uint64_t backoff = 5u << (ex->wait_round < 6 ? ex->wait_round : 6);
+        if (backoff > 250)
+          backoff = 250;
+        uint64_t left = (uint64_t)(ex->wait_deadline - (int64_t)now);
+        if (backoff > left)
+          backoff = left;
+        ex->wait_round++;
+        uv_timer_t *t = malloc(sizeof *t);
+        if (t) {
+          uv_timer_init(&ex->w->loop, t);
+          t->data = ex;
+          uv_timer_start(t, on_wait_timer, backoff, 0);
+          return;
+        }
+      }
+    }
+    int64_t ms = res->retry_after_ms > 0 ? res->retry_after_ms : 1000;
+    char extra[64];
+    snprintf(extra, sizeof extra, "Retry-After: %lld\r\n",
+             (long long)((ms + 999) / 1000));
+    problem(ex, GW_OUT_CONFLICT, 409, "request-in-progress",
+            "Request in progress",
+            cfg->wait_ms > 0
+                ? "a request with this Idempotency-Key is still being "
+                  "processed and did not finish within the wait; retry later"
+                : "a request with this Idempotency-Key is still being "
+                  "processed; retry later",
+            extra);
+    return;
+  }
+  }
+}
+
+static void claim(gw_exchange *ex) {
+  idem_store *st = worker_store(ex->w);
+  if (!st) {
+    store_failed(ex, "open", IDEM_ESTORE);
+    return;
+  }
+  idem_op op = {0};
+  op.kind = IDEM_OP_CLAIM;
+  op.scope = ex->scope;
+  op.key = ex->key;
+  memcpy(op.fingerprint, ex->fp, sizeof ex->fp);
+  op.lease_ms = ex->w->cfg->lock_ttl_ms;
+  op.ttl_ms = ex->w->cfg->ttl_ms;
+  ex->op_started_ns = uv_hrtime();
+  int rc = idem_store_submit(st, &op, on_claim, ex);
+  if (rc)
+    store_failed(ex, "claim", rc);
+}
+
+void gw_engine_handle(gw_exchange *ex) {
+  gw_request *r = ex->req;
+  const gw_config *cfg = ex->w->cfg;
+  if (!policy_method_has_semantics(cfg, r->method)) {
+    forward(ex);
+    return;
+  }
+  const char *why = NULL;
+  switch (policy_key(&r->headers, ex->key, &why)) {
+  case POLICY_KEY_NONE:
+    if (cfg->require_key) {
+      problem(ex, GW_OUT_BAD_KEY, 400, "key-required",
+              "Idempotency-Key required",
+              "this gateway requires an Idempotency-Key header on this method",
+              NULL);
+      return;
+    }
+    forward(ex);
+    return;
+  case POLICY_KEY_BAD:
+    problem(ex, GW_OUT_BAD_KEY, 400, "invalid-key", "Invalid Idempotency-Key",
+            why, NULL);
+    return;
+  case POLICY_KEY_OK:
+    break;
+  }
+  policy_scope(cfg, &r->headers, ex->scope);
+  int rc = idem_fingerprint(r->method, r->target.p ? r->target.p : "",
+                            r->body.p, r->body.len, 0, ex->fp);
+  if (rc) {
+    problem(ex, GW_OUT_BAD_KEY, 400, "bad-request", "Bad Request",
+            idem_strerror(rc), NULL);
+    return;
+  }
+  claim(ex);
+}

@@ -1,0 +1,118 @@
+/*
+ * gateway.h - how the parts of `idem serve` meet inside one worker thread.
+ *
+ *   server.c   workers (one uv loop, store handle, upstream pool and
+ *              SO_REUSEPORT listener each), signals, orderly shutdown
+ *   conn.c     client connections: read, parse (reqparse.c), answer in order
+ *   engine.c   the idempotency flow of one request
+ *   upstream.c the keep-alive pool to the upstream
+ *   admin.c    the admin listener (on the main thread's loop)
+ *
+ * An exchange is one request and everything needed to answer it. conn.c
+ * creates it when a request is complete, engine.c runs it, and
+ * gw_conn_respond ends it. Requests on one connection run one at a time, so
+ * pipelined requests are answered in order.
+ */
+#ifndef IDEM_HTTP_GATEWAY_H
+#define IDEM_HTTP_GATEWAY_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "http/config.h"
+#include "http/request.h"
+#include "http/upstream.h"
+#include "idem/idem.h"
+
+typedef struct gw_conn gw_conn;
+
+typedef struct gw_worker {
+  int id;
+  const gw_config *cfg;
+  uv_loop_t loop;
+  uv_thread_t thread;
+  int listen_fd;
+  uv_tcp_t listener;
+  uv_async_t stop_async;
+  idem_store *store;      /* NULL while the store cannot be opened */
+  uint64_t store_retry_at; /* uv_now of the next open attempt */
+  upstream_pool *pool;
+  struct sockaddr_storage upstream_addr;
+  gw_conn *conns; /* every open client connection */
+  size_t nconns;
+  int stopping;
+  int stopped; /* the store and pool are closing or closed */
+} gw_worker;
+
+typedef struct gw_exchange {
+  gw_worker *w;
+  gw_conn *conn;
+  gw_request *req;
+  uint64_t started_ns;
+  /* idempotency state */
+  char key[IDEM_KEY_MAX + 1];
+  char scope[65];
+  uint8_t fp[IDEM_FINGERPRINT_LEN];
+  uint64_t fence;
+  int claimed;
+  int64_t wait_deadline; /* uv_now() ms; 0 when not waiting */
+  unsigned wait_round;
+  uint64_t op_started_ns;
+  int bypass;       /* the store failed and --on-store-error open let it by */
+  int after_release; /* what to answer once the release is done */
+  /* the upstream request and answer */
+  gw_buf up_head;
+  uv_buf_t up_bufs[2];
+  upstream_response up;
+  gw_buf stored_headers; /* replayable headers of up, "Name: value\r\n" */
+  idem_record *replay;   /* deep copy of a stored record being replayed */
+  /* the answer to the client */
+  gw_buf out_hdrs; /* headers of the gateway's own answers */
+  gw_buf out_head;
+  gw_buf out_body;
+  uv_buf_t out_bufs[2];
+  uv_write_t wreq;
+  int close_after;
+} gw_exchange;
+
+/* ---- conn.c ---- */
+
+/* Accept a pending connection on w's listener. */
+void gw_conn_accept(gw_worker *w);
+
+#define GW_RESP_CLOSE 1u    /* close the connection after this answer */
+#define GW_RESP_OWN_CL 2u   /* headers carry their own Content-Length */
+#define GW_RESP_NO_CL 4u    /* no Content-Length at all (1xx, 204) */
+
+/*
+ * Answer ex's request and end the exchange: headers is a "Name: value\r\n"
+ * block, body is borrowed until the write completes (it must live in ex or
+ * be static). Content-Length and Connection are added here.
+ */
+void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
+                     size_t headers_len, const char *body, size_t body_len,
+                     unsigned flags);
+
+/* Answer with a problem+json body. extra_headers may be NULL. */
+void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
+                     const char *title, const char *detail,
+                     const char *extra_headers, unsigned flags);
+
+/* Shutdown: close idle connections now, the others after their answer. */
+void gw_conn_drain_all(gw_worker *w);
+
+/* ---- engine.c ---- */
+
+/* Run the idempotency flow for a complete request. */
+void gw_engine_handle(gw_exchange *ex);
+
+/* ---- server.c ---- */
+
+/* The last connection of a stopping worker is gone: close pool and store. */
+void gw_worker_idle(gw_worker *w);
+
+/* Run the gateway until SIGTERM or SIGINT. Returns the exit code. */
+int gw_run(const gw_config *cfg);
+
+#endif

@@ -1,0 +1,121 @@
+/* metrics.c - atomic counters and histograms, Prometheus text output. */
+#include "http/metrics.h"
+
+#include <stdatomic.h>
+
+static const double bucket_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                   0.05,   0.1,   0.25,   0.5,   1,    2.5,
+                                   5,      10,    30};
+#define NBUCKETS (sizeof bucket_le / sizeof bucket_le[0])
+
+typedef struct {
+  atomic_uint_fast64_t bucket[NBUCKETS]; /* non-cumulative */
+  atomic_uint_fast64_t count;
+  atomic_uint_fast64_t sum_us;
+} histogram;
+
+static atomic_uint_fast64_t outcomes[GW_OUT_COUNT];
+static histogram hists[GW_HIST_COUNT];
+static atomic_int_fast64_t leases, connections;
+static atomic_uint_fast64_t complete_failed, release_failed;
+
+static const char *const outcome_names[] = {
+#define GW_OUTCOME_NAME(name, text) text,
+    GW_OUTCOMES(GW_OUTCOME_NAME)
+#undef GW_OUTCOME_NAME
+};
+
+void gw_metrics_outcome(gw_outcome o) {
+  atomic_fetch_add_explicit(&outcomes[o], 1, memory_order_relaxed);
+}
+
+void gw_metrics_observe(gw_hist h, uint64_t micros) {
+  histogram *x = &hists[h];
+  double s = (double)micros / 1e6;
+  for (size_t i = 0; i < NBUCKETS; i++)
+    if (s <= bucket_le[i]) {
+      atomic_fetch_add_explicit(&x->bucket[i], 1, memory_order_relaxed);
+      break;
+    }
+  atomic_fetch_add_explicit(&x->count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&x->sum_us, micros, memory_order_relaxed);
+}
+
+void gw_metrics_leases(int delta) {
+  atomic_fetch_add_explicit(&leases, delta, memory_order_relaxed);
+}
+void gw_metrics_connections(int delta) {
+  atomic_fetch_add_explicit(&connections, delta, memory_order_relaxed);
+}
+void gw_metrics_complete_failed(void) {
+  atomic_fetch_add_explicit(&complete_failed, 1, memory_order_relaxed);
+}
+void gw_metrics_release_failed(void) {
+  atomic_fetch_add_explicit(&release_failed, 1, memory_order_relaxed);
+}
+
+/* label: "" or one pair such as op="claim". */
+static int render_hist(gw_buf *out, const char *name, const char *label,
+                       histogram *x) {
+  const char *sep = *label ? "," : "";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < NBUCKETS; i++) {
+    cum += atomic_load_explicit(&x->bucket[i], memory_order_relaxed);
+    if (gw_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, label, sep,
+                      bucket_le[i], (unsigned long long)cum))
+      return -1;
+  }
+  uint64_t count = atomic_load_explicit(&x->count, memory_order_relaxed);
+  uint64_t sum = atomic_load_explicit(&x->sum_us, memory_order_relaxed);
+  const char *open = *label ? "{" : "", *close = *label ? "}" : "";
+  return gw_buf_printf(out,
+                       "%s_bucket{%s%sle=\"+Inf\"} %llu\n%s_sum%s%s%s %.6f\n"
+                       "%s_count%s%s%s %llu\n",
+                       name, label, sep, (unsigned long long)count, name, open,
+                       label, close, (double)sum / 1e6, name, open, label,
+                       close, (unsigned long long)count);
+}
+
+int gw_metrics_render(gw_buf *out) {
+  if (gw_buf_puts(out, "# HELP idem_requests_total Requests by outcome.\n"
+                       "# TYPE idem_requests_total counter\n"))
+    return -1;
+  for (int i = 0; i < GW_OUT_COUNT; i++)
+    if (gw_buf_printf(out, "idem_requests_total{outcome=\"%s\"} %llu\n",
+                      outcome_names[i],
+                      (unsigned long long)atomic_load_explicit(
+                          &outcomes[i], memory_order_relaxed)))
+      return -1;
+  if (gw_buf_puts(out,
+                  "# HELP idem_store_latency_seconds Store operation latency.\n"
+                  "# TYPE idem_store_latency_seconds histogram\n") ||
+      render_hist(out, "idem_store_latency_seconds", "op=\"claim\"",
+                  &hists[GW_HIST_CLAIM]) ||
+      render_hist(out, "idem_store_latency_seconds", "op=\"complete\"",
+                  &hists[GW_HIST_COMPLETE]) ||
+      render_hist(out, "idem_store_latency_seconds", "op=\"release\"",
+                  &hists[GW_HIST_RELEASE]) ||
+      gw_buf_puts(out, "# HELP idem_upstream_latency_seconds Upstream "
+                       "request latency (connect to full answer).\n"
+                       "# TYPE idem_upstream_latency_seconds histogram\n") ||
+      render_hist(out, "idem_upstream_latency_seconds", "",
+                  &hists[GW_HIST_UPSTREAM]))
+    return -1;
+  return gw_buf_printf(
+      out,
+      "# HELP idem_inflight_leases Processing leases held by this gateway.\n"
+      "# TYPE idem_inflight_leases gauge\nidem_inflight_leases %lld\n"
+      "# HELP idem_client_connections Open client connections.\n"
+      "# TYPE idem_client_connections gauge\nidem_client_connections %lld\n"
+      "# HELP idem_store_complete_failures_total Upstream answers that could "
+      "not be stored (answer still returned).\n"
+      "# TYPE idem_store_complete_failures_total counter\n"
+      "idem_store_complete_failures_total %llu\n"
+      "# HELP idem_store_release_failures_total Releases that failed (the "
+      "lease runs out instead).\n"
+      "# TYPE idem_store_release_failures_total counter\n"
+      "idem_store_release_failures_total %llu\n",
+      (long long)atomic_load(&leases), (long long)atomic_load(&connections),
+      (unsigned long long)atomic_load(&complete_failed),
+      (unsigned long long)atomic_load(&release_failed));
+}

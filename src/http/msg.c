@@ -1,0 +1,182 @@
+/* msg.c - growable buffers and header lists for HTTP messages. */
+#include "http/msg.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int gw_buf_reserve(gw_buf *b, size_t extra) {
+  if (b->cap - b->len >= extra)
+    return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < extra) {
+    if (cap > SIZE_MAX / 2)
+      return -1;
+    cap *= 2;
+  }
+  char *p = realloc(b->p, cap);
+  if (!p)
+    return -1;
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+int gw_buf_append(gw_buf *b, const void *data, size_t len) {
+  if (len == 0)
+    return 0;
+  if (gw_buf_reserve(b, len))
+    return -1;
+  memcpy(b->p + b->len, data, len);
+  b->len += len;
+  return 0;
+}
+
+int gw_buf_puts(gw_buf *b, const char *s) { return gw_buf_append(b, s, strlen(s)); }
+
+int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char small[256];
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    return -1;
+  if ((size_t)n < sizeof small)
+    return gw_buf_append(b, small, (size_t)n);
+  if (gw_buf_reserve(b, (size_t)n + 1))
+    return -1;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return 0;
+}
+
+void gw_buf_free(gw_buf *b) {
+  free(b->p);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}
+
+char *gw_buf_take(gw_buf *b, size_t *len) {
+  char *p = b->p;
+  if (len)
+    *len = b->len;
+  b->p = NULL;
+  b->len = b->cap = 0;
+  return p;
+}
+
+/* Header text is kept NUL-free; names and values are found by offset. */
+static void trim_last_value(gw_headers *h) {
+  if (!h->n)
+    return;
+  gw_header *x = &h->v[h->n - 1];
+  const char *v = h->text.p + x->value_off;
+  while (x->value_len && (v[0] == ' ' || v[0] == '\t')) {
+    v++;
+    x->value_off++;
+    x->value_len--;
+  }
+  while (x->value_len &&
+         (v[x->value_len - 1] == ' ' || v[x->value_len - 1] == '\t'))
+    x->value_len--;
+}
+
+int gw_headers_on_field(gw_headers *h, const char *at, size_t len) {
+  if (h->n == 0 || h->in_value) {
+    if (h->in_value)
+      trim_last_value(h);
+    if (h->n == h->cap) {
+      size_t cap = h->cap ? h->cap * 2 : 16;
+      gw_header *v = realloc(h->v, cap * sizeof *v);
+      if (!v)
+        return -1;
+      h->v = v;
+      h->cap = cap;
+    }
+    gw_header *x = &h->v[h->n++];
+    x->name_off = (uint32_t)h->text.len;
+    x->name_len = 0;
+    x->value_off = (uint32_t)h->text.len;
+    x->value_len = 0;
+    h->in_value = 0;
+  }
+  if (gw_buf_append(&h->text, at, len))
+    return -1;
+  gw_header *x = &h->v[h->n - 1];
+  x->name_len += (uint32_t)len;
+  x->value_off = (uint32_t)h->text.len;
+  return 0;
+}
+
+int gw_headers_on_value(gw_headers *h, const char *at, size_t len) {
+  if (h->n == 0)
+    return -1;
+  h->in_value = 1;
+  if (gw_buf_append(&h->text, at, len))
+    return -1;
+  h->v[h->n - 1].value_len += (uint32_t)len;
+  return 0;
+}
+
+void gw_headers_done(gw_headers *h) {
+  if (h->in_value)
+    trim_last_value(h);
+  h->in_value = 0;
+}
+
+void gw_headers_reset(gw_headers *h) {
+  h->text.len = 0;
+  h->n = 0;
+  h->in_value = 0;
+}
+
+void gw_headers_free(gw_headers *h) {
+  gw_buf_free(&h->text);
+  free(h->v);
+  memset(h, 0, sizeof *h);
+}
+
+int gw_ieq(const char *s, size_t len, const char *lit) {
+  return strlen(lit) == len && strncasecmp(s, lit, len) == 0;
+}
+
+const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
+                           int *count) {
+  const char *found = NULL;
+  int c = 0;
+  for (size_t i = 0; i < h->n; i++) {
+    if (!gw_ieq(gw_header_name(h, i), h->v[i].name_len, name))
+      continue;
+    if (!found) {
+      found = gw_header_value(h, i);
+      if (len)
+        *len = h->v[i].value_len;
+    }
+    c++;
+  }
+  if (count)
+    *count = c;
+  return found;
+}
+
+int gw_has_token(const char *value, size_t len, const char *token) {
+  size_t i = 0;
+  while (i < len) {
+    while (i < len && (value[i] == ' ' || value[i] == '\t' || value[i] == ','))
+      i++;
+    size_t start = i;
+    while (i < len && value[i] != ',')
+      i++;
+    size_t end = i;
+    while (end > start && (value[end - 1] == ' ' || value[end - 1] == '\t'))
+      end--;
+    if (end > start && gw_ieq(value + start, end - start, token))
+      return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+/*
+ * msg.h - the bytes of one HTTP message as the gateway holds them: a growable
+ * buffer and a header list that http_parser callbacks fill piece by piece.
+ * Used for client requests (conn.c), upstream responses (upstream.c) and the
+ * admin listener alike.
+ */
+#ifndef IDEM_HTTP_MSG_H
+#define IDEM_HTTP_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} gw_buf;
+
+/* Each returns 0 or -1 when out of memory (buffer unchanged). */
+int gw_buf_reserve(gw_buf *b, size_t extra);
+int gw_buf_append(gw_buf *b, const void *data, size_t len);
+int gw_buf_puts(gw_buf *b, const char *s);
+int gw_buf_printf(gw_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void gw_buf_free(gw_buf *b);
+/* Give up ownership of the bytes: returns b->p and empties b. */
+char *gw_buf_take(gw_buf *b, size_t *len);
+
+typedef struct {
+  uint32_t name_off, name_len, value_off, value_len;
+} gw_header;
+
+/* Header lines as (name, value) pairs, text in one buffer. Values have
+ * leading and trailing spaces/tabs removed once the header ends. */
+typedef struct {
+  gw_buf text;
+  gw_header *v;
+  size_t n, cap;
+  int in_value; /* the last piece was a value */
+} gw_headers;
+
+/* Append a piece of a header name or value as http_parser hands it over. */
+int gw_headers_on_field(gw_headers *h, const char *at, size_t len);
+int gw_headers_on_value(gw_headers *h, const char *at, size_t len);
+/* Close the last header (trim its value); call at headers-complete. */
+void gw_headers_done(gw_headers *h);
+void gw_headers_reset(gw_headers *h);
+void gw_headers_free(gw_headers *h);
+
+static inline const char *gw_header_name(const gw_headers *h, size_t i) {
+  return h->text.p + h->v[i].name_off;
+}
+static inline const char *gw_header_value(const gw_headers *h, size_t i) {
+  return h->text.p + h->v[i].value_off;
+}
+
+/* The first header called name (case-insensitive): its value and length, or
+ * NULL. *count, when not NULL, gets how many headers carry that name. */
+const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
+                           int *count);
+
+/* Case-insensitive equality of a (ptr, len) string with a C string. */
+int gw_ieq(const char *s, size_t len, const char *lit);
+/* Whether a comma-separated header value holds token (case-insensitive). */
+int gw_has_token(const char *value, size_t len, const char *token);
+
+#endif

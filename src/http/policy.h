@@ -1,0 +1,59 @@
+/*
+ * policy.h - the gateway's pure decisions: no I/O, no state. Which requests
+ * have idempotency semantics, how a key and a scope are read from headers,
+ * which upstream answers are kept, which headers are replayable, and the
+ * problem+json (RFC 9457) bodies of the gateway's own answers.
+ */
+#ifndef IDEM_HTTP_POLICY_H
+#define IDEM_HTTP_POLICY_H
+
+#include <stddef.h>
+
+#include "http/config.h"
+#include "http/msg.h"
+#include "idem/idem.h"
+
+/* Whether method (case-sensitive, as on the wire) is in --methods. */
+int policy_method_has_semantics(const gw_config *cfg, const char *method);
+
+typedef enum {
+  POLICY_KEY_NONE = 0, /* no Idempotency-Key header */
+  POLICY_KEY_OK,       /* key parsed into out */
+  POLICY_KEY_BAD       /* malformed, empty, too long, or sent twice */
+} policy_key_result;
+
+/* Read Idempotency-Key from headers into out (IDEM_KEY_MAX + 1 bytes). On
+ * POLICY_KEY_BAD, *why points at a sentence for the problem detail. */
+policy_key_result policy_key(const gw_headers *h, char *out, const char **why);
+
+/* The record scope: SHA-256 (lowercase hex) of the --scope-header value, so a
+ * secret such as an Authorization header never reaches the store; "" when no
+ * scope header is configured or the request has none. out: 65 bytes. */
+void policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]);
+
+/* Whether an upstream status is stored (1: 2xx, 3xx, deterministic 4xx) or
+ * releases the key so that a retry runs again (0: 408, 409, 425, 429, 5xx,
+ * and anything outside 200-499). */
+int policy_status_stored(int status);
+
+/* Headers that never travel across the gateway (RFC 9110 7.6.1), plus the
+ * framing headers the gateway recomputes. */
+int policy_hop_header(const char *name, size_t len);
+
+/* Request headers the client may not send upstream: hop-by-hop, framing,
+ * Expect (answered by the gateway) and Idempotency-Fence (only the gateway
+ * sets it). */
+int policy_request_header_dropped(const char *name, size_t len);
+
+/* Reason phrase for a status ("Conflict"); "Unknown" when unknown. */
+const char *policy_reason(int status);
+
+/* Append a problem+json body to out: {"type","title","status","detail"}.
+ * slug names the problem type (urn:idem:problem:SLUG). Returns 0 or -1. */
+int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
+                   const char *detail);
+
+/* Append s as a JSON string (quotes included) to out. */
+int policy_json_string(gw_buf *out, const char *s, size_t len);
+
+#endif

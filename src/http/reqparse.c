@@ -1,0 +1,246 @@
+/* reqparse.c - client requests from bytes, with the gateway's limits and
+ * its refusal of ambiguous framing (see request.h). */
+#include "http/request.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR };
+
+void gw_request_free(gw_request *r) {
+  if (!r)
+    return;
+  gw_buf_free(&r->target);
+  gw_headers_free(&r->headers);
+  gw_buf_free(&r->body);
+}
+
+static int fail(gw_reqparser *rp, int status, const char *detail) {
+  rp->state = ST_ERROR;
+  rp->error_status = status;
+  rp->error_detail = detail;
+  return -1;
+}
+
+static gw_reqparser *of(http_parser *p) { return p->data; }
+
+static int on_message_begin(http_parser *p) {
+  gw_reqparser *rp = of(p);
+  if (!rp->cur) {
+    rp->cur = calloc(1, sizeof *rp->cur);
+    if (!rp->cur)
+      return fail(rp, 503, "out of memory");
+  }
+  rp->head_bytes = 0;
+  rp->started = 1;
+  return 0;
+}
+
+static int count_head(gw_reqparser *rp, size_t len) {
+  rp->head_bytes += len;
+  if (rp->head_bytes > rp->cfg->max_header)
+    return fail(rp, 431, "the request line and headers exceed the gateway's limit");
+  return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+  gw_reqparser *rp = of(p);
+  if (count_head(rp, len))
+    return -1;
+  if (gw_buf_append(&rp->cur->target, at, len))
+    return fail(rp, 503, "out of memory");
+  return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  gw_reqparser *rp = of(p);
+  if (count_head(rp, len + 4))
+    return -1;
+  if (gw_headers_on_field(&rp->cur->headers, at, len))
+    return fail(rp, 503, "out of memory");
+  return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  gw_reqparser *rp = of(p);
+  if (count_head(rp, len))
+    return -1;
+  if (gw_headers_on_value(&rp->cur->headers, at, len))
+    return fail(rp, 503, "out of memory");
+  return 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+  gw_reqparser *rp = of(p);
+  gw_request *r = rp->cur;
+  gw_headers_done(&r->headers);
+  /* keep the target NUL-terminated for callers that want a C string */
+  if (gw_buf_append(&r->target, "", 1))
+    return fail(rp, 503, "out of memory");
+  r->target.len--;
+  const char *m = http_method_str((enum http_method)p->method);
+  size_t mlen = strlen(m);
+  if (mlen >= sizeof r->method)
+    mlen = sizeof r->method - 1;
+  memcpy(r->method, m, mlen);
+  r->method[mlen] = 0;
+  r->is_head = p->method == HTTP_HEAD;
+  r->http_major = p->http_major;
+  r->http_minor = p->http_minor;
+  r->keep_alive = http_should_keep_alive(p);
+  if (p->method == HTTP_CONNECT)
+    return fail(rp, 400, "CONNECT is not supported by this gateway");
+  if (p->http_major != 1)
+    return fail(rp, 400, "only HTTP/1.0 and HTTP/1.1 are supported");
+
+  /* Framing must be unambiguous (RFC 9112 6.3): one Content-Length, or
+   * Transfer-Encoding ending in chunked, never both. http_parser checks most
+   * of this; checking again here keeps the rule in one readable place. */
+  int ncl = 0, nte = 0;
+  size_t tlen = 0;
+  const char *te = gw_headers_get(&r->headers, "Transfer-Encoding", &tlen, &nte);
+  gw_headers_get(&r->headers, "Content-Length", NULL, &ncl);
+  if (ncl > 1)
+    return fail(rp, 400, "more than one Content-Length header");
+  if (ncl && nte)
+    return fail(rp, 400, "both Content-Length and Transfer-Encoding: ambiguous framing");
+  if (nte > 1 || (te && !gw_ieq(te, tlen, "chunked")))
+    return fail(rp, 400, "Transfer-Encoding other than a single 'chunked' is not supported");
+  if (te && p->http_minor == 0)
+    return fail(rp, 400, "Transfer-Encoding in an HTTP/1.0 request");
+  if (ncl && p->content_length > rp->cfg->max_body)
+    return fail(rp, 413, "the request body exceeds the gateway's limit");
+  if (p->upgrade)
+    r->upgrade = 1;
+
+  size_t elen = 0;
+  const char *expect = gw_headers_get(&r->headers, "Expect", &elen, NULL);
+  if (expect && gw_ieq(expect, elen, "100-continue") && p->http_minor >= 1) {
+    r->expect_continue = 1;
+    rp->state = ST_HEAD;
+    http_parser_pause(p, 1);
+  }
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  gw_reqparser *rp = of(p);
+  gw_request *r = rp->cur;
+  if (r->body.len + len > rp->cfg->max_body)
+    return fail(rp, 413, "the request body exceeds the gateway's limit");
+  if (!r->body.cap && p->content_length != ULLONG_MAX &&
+      p->content_length + len <= rp->cfg->max_body &&
+      gw_buf_reserve(&r->body, (size_t)p->content_length + len))
+    return fail(rp, 503, "out of memory");
+  if (gw_buf_append(&r->body, at, len))
+    return fail(rp, 503, "out of memory");
+  return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  gw_reqparser *rp = of(p);
+  rp->state = ST_DONE;
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+static const http_parser_settings settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void gw_reqparser_init(gw_reqparser *rp, const gw_config *cfg) {
+  memset(rp, 0, sizeof *rp);
+  rp->cfg = cfg;
+  http_parser_init(&rp->p, HTTP_REQUEST);
+  rp->p.data = rp;
+}
+
+void gw_reqparser_free(gw_reqparser *rp) {
+  if (rp->cur) {
+    gw_request_free(rp->cur);
+    free(rp->cur);
+    rp->cur = NULL;
+  }
+}
+
+static const char *parser_detail(enum http_errno e) {
+  switch (e) {
+  case HPE_INVALID_CHUNK_SIZE: return "invalid chunk size in a chunked body";
+  case HPE_INVALID_CONTENT_LENGTH: return "invalid Content-Length";
+  case HPE_UNEXPECTED_CONTENT_LENGTH:
+    return "duplicate Content-Length, or Content-Length with Transfer-Encoding";
+  case HPE_INVALID_TRANSFER_ENCODING: return "invalid Transfer-Encoding";
+  case HPE_INVALID_METHOD: return "invalid or unsupported method";
+  case HPE_INVALID_VERSION: return "invalid HTTP version";
+  case HPE_INVALID_URL: return "invalid request target";
+  case HPE_INVALID_HEADER_TOKEN: return "invalid character in a header";
+  default: return "malformed HTTP request";
+  }
+}
+
+gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
+                                  size_t len, size_t *used) {
+  if (rp->state == ST_ERROR) {
+    *used = len;
+    return GW_PARSE_ERROR;
+  }
+  rp->state = ST_NONE;
+  if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
+    http_parser_pause(&rp->p, 0);
+  size_t n = http_parser_execute(&rp->p, &settings, data, len);
+  enum http_errno e = HTTP_PARSER_ERRNO(&rp->p);
+  if (rp->state == ST_ERROR) {
+    *used = len;
+    return GW_PARSE_ERROR;
+  }
+  if (e != HPE_OK && e != HPE_PAUSED) {
+    *used = len;
+    rp->state = ST_ERROR;
+    rp->error_status = e == HPE_HEADER_OVERFLOW ? 431 : 400;
+    rp->error_detail = e == HPE_HEADER_OVERFLOW
+                           ? "the request headers exceed the gateway's limit"
+                           : parser_detail(e);
+    return GW_PARSE_ERROR;
+  }
+  *used = n;
+  if (rp->state == ST_DONE)
+    return GW_PARSE_DONE;
+  if (rp->state == ST_HEAD)
+    return GW_PARSE_HEAD;
+  if (rp->p.upgrade && rp->cur) {
+    /* http_parser stops at the end of an Upgrade request: we do not switch
+     * protocols, the request is answered and the connection closed. */
+    rp->state = ST_DONE;
+    rp->cur->upgrade = 1;
+    rp->cur->keep_alive = 0;
+    return GW_PARSE_DONE;
+  }
+  *used = len;
+  return GW_PARSE_MORE;
+}
+
+gw_parse_result gw_reqparser_eof(gw_reqparser *rp) {
+  if (rp->state == ST_ERROR)
+    return GW_PARSE_ERROR;
+  rp->state = ST_NONE;
+  if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
+    http_parser_pause(&rp->p, 0);
+  http_parser_execute(&rp->p, &settings, NULL, 0);
+  return rp->state == ST_DONE ? GW_PARSE_DONE : GW_PARSE_MORE;
+}
+
+gw_request *gw_reqparser_take(gw_reqparser *rp) {
+  gw_request *r = rp->cur;
+  rp->cur = NULL;
+  rp->started = 0;
+  rp->head_bytes = 0;
+  rp->state = ST_NONE;
+  return r;
+}

@@ -1,0 +1,69 @@
+/*
+ * request.h - one client request as the gateway holds it once parsed, and
+ * the incremental parser that builds it from bytes off a socket. The parser
+ * has no I/O: conn.c feeds it, the fuzz target and unit tests feed it too.
+ *
+ * Bodies are buffered whole (up to --max-body) because the fingerprint covers
+ * the body and the upstream gets a Content-Length: a chunked request body is
+ * de-chunked here and sent upstream with its length.
+ */
+#ifndef IDEM_HTTP_REQUEST_H
+#define IDEM_HTTP_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <http_parser.h>
+
+#include "http/config.h"
+#include "http/msg.h"
+
+typedef struct {
+  char method[24];
+  int is_head;
+  gw_buf target;
+  gw_headers headers;
+  gw_buf body;
+  unsigned short http_major, http_minor;
+  int keep_alive;       /* the client lets the connection live on */
+  int expect_continue;  /* Expect: 100-continue */
+  int upgrade;          /* asked for a protocol switch (not supported) */
+} gw_request;
+
+void gw_request_free(gw_request *r);
+
+typedef enum {
+  GW_PARSE_MORE = 0, /* every byte consumed, the request is not complete */
+  GW_PARSE_HEAD,     /* head complete and the client waits for 100 Continue */
+  GW_PARSE_DONE,     /* one request complete: take it; bytes may remain */
+  GW_PARSE_ERROR     /* answer error_status and close the connection */
+} gw_parse_result;
+
+typedef struct {
+  http_parser p;
+  const gw_config *cfg;
+  gw_request *cur;   /* the request being built */
+  size_t head_bytes; /* target + header bytes so far */
+  int started;       /* some byte of the current request arrived */
+  int state;         /* internal: what the last callback decided */
+  int error_status;  /* 400, 413, 431 */
+  const char *error_detail;
+} gw_reqparser;
+
+void gw_reqparser_init(gw_reqparser *rp, const gw_config *cfg);
+void gw_reqparser_free(gw_reqparser *rp);
+
+/*
+ * Feed bytes. *used tells how many were consumed: all of them for MORE and
+ * ERROR; up to the end of the head for HEAD; up to the end of the request for
+ * DONE (the rest belongs to pipelined requests: feed it again after taking).
+ * After HEAD, keep feeding the same parser.
+ */
+gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
+                                  size_t len, size_t *used);
+/* The client closed its side: whether the current request is complete. */
+gw_parse_result gw_reqparser_eof(gw_reqparser *rp);
+/* Hand over the complete request (caller frees with gw_request_free + free). */
+gw_request *gw_reqparser_take(gw_reqparser *rp);
+
+#endif

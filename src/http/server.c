@@ -1,0 +1,296 @@
+/*
+ * server.c - process shape of `idem serve`: N worker threads, each with its
+ * own uv loop, store handle, upstream pool and listening socket (bound with
+ * SO_REUSEPORT so the kernel spreads connections), and the main thread's loop
+ * for signals and the admin listener. SIGTERM/SIGINT: stop accepting, answer
+ * requests in flight, close pools and stores, exit 0.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "http/admin.h"
+#include "http/gateway.h"
+
+typedef struct {
+  const gw_config *cfg;
+  uv_loop_t loop;
+  uv_signal_t sigterm, sigint;
+  gw_worker *workers;
+  int nworkers;
+  gw_admin *admin;
+  int stopping;
+} gw_server;
+
+/* A listening socket; port 0 picks one, written back to *port. */
+static int listen_socket(const char *host, int *port, int reuseport) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  memset(&ss, 0, sizeof ss);
+  if (strchr(host, ':')) {
+    uv_ip6_addr(host, *port, (struct sockaddr_in6 *)&ss);
+    sl = sizeof(struct sockaddr_in6);
+  } else {
+    uv_ip4_addr(host, *port, (struct sockaddr_in *)&ss);
+    sl = sizeof(struct sockaddr_in);
+  }
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -errno;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one)) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  if (bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, 1024)) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  if (*port == 0) {
+    sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *port = ntohs(ss.ss_family == AF_INET6
+                      ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                      : ((struct sockaddr_in *)&ss)->sin_port);
+  }
+  return fd;
+}
+
+static int resolve_upstream(const gw_config *cfg, struct sockaddr_storage *out) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  char port[16];
+  snprintf(port, sizeof port, "%d", cfg->upstream_port);
+  int rc = getaddrinfo(cfg->upstream_host, port, &hints, &res);
+  if (rc) {
+    fprintf(stderr, "idem serve: upstream host '%s': %s\n", cfg->upstream_host,
+            gai_strerror(rc));
+    return -1;
+  }
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return 0;
+}
+
+/* ---- workers ---- */
+
+static void on_connection(uv_stream_t *l, int status) {
+  gw_worker *w = l->data;
+  if (status < 0 || w->stopping)
+    return;
+  gw_conn_accept(w);
+}
+
+static void on_async_closed(uv_handle_t *h) { (void)h; }
+
+static void store_closed(idem_store *st, void *arg) {
+  gw_worker *w = arg;
+  (void)st;
+  w->store = NULL;
+  uv_close((uv_handle_t *)&w->stop_async, on_async_closed);
+}
+
+static void pool_closed(void *arg) {
+  gw_worker *w = arg;
+  w->pool = NULL;
+  if (w->store)
+    idem_store_close(w->store, store_closed, w);
+  else
+    uv_close((uv_handle_t *)&w->stop_async, on_async_closed);
+}
+
+void gw_worker_idle(gw_worker *w) {
+  if (w->stopped)
+    return;
+  w->stopped = 1;
+  upstream_pool_close(w->pool, pool_closed, w);
+}
+
+static void on_stop(uv_async_t *a) {
+  gw_worker *w = a->data;
+  if (w->stopping)
+    return;
+  w->stopping = 1;
+  uv_close((uv_handle_t *)&w->listener, NULL);
+  gw_conn_drain_all(w);
+}
+
+static void worker_main(void *arg) {
+  gw_worker *w = arg;
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+/* Everything that can fail happens here, on the main thread, before any
+ * thread starts: errors are reported once and the exit code is honest. */
+static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
+                       const struct sockaddr_storage *up) {
+  w->cfg = cfg;
+  w->listen_fd = fd;
+  memcpy(&w->upstream_addr, up, sizeof *up);
+  if (uv_loop_init(&w->loop))
+    return -1;
+  uv_async_init(&w->loop, &w->stop_async, on_stop);
+  w->stop_async.data = w;
+  uv_tcp_init(&w->loop, &w->listener);
+  w->listener.data = w;
+  if (uv_tcp_open(&w->listener, fd) ||
+      uv_listen((uv_stream_t *)&w->listener, 1024, on_connection)) {
+    fprintf(stderr, "idem serve: cannot listen\n");
+    return -1;
+  }
+  w->pool = upstream_pool_new(&w->loop, cfg, (const struct sockaddr *)&w->upstream_addr);
+  if (!w->pool)
+    return -1;
+  char *msg = NULL;
+  int rc = idem_store_open(&w->loop, cfg->store_uri, &w->store, &msg);
+  if (rc) {
+    fprintf(stderr, "idem serve: store %s: %s%s%s\n", cfg->store_uri,
+            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
+    free(msg);
+    w->store = NULL;
+    /* an unreachable store is retried per request (503 or pass-through
+     * meanwhile); a wrong URI or schema will not heal: refuse to start */
+    if (rc != IDEM_ESTORE && rc != IDEM_ETIMEDOUT)
+      return -2;
+    w->store_retry_at = uv_now(&w->loop) + 1000;
+  }
+  return 0;
+}
+
+/* ---- main loop: signals ---- */
+
+static void on_admin_stopped(void *arg) { (void)arg; }
+
+static void on_signal(uv_signal_t *s, int signum) {
+  gw_server *srv = s->data;
+  if (srv->stopping)
+    return;
+  srv->stopping = 1;
+  fprintf(stderr, "idem serve: %s: finishing requests in flight, then exiting\n",
+          signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  for (int i = 0; i < srv->nworkers; i++)
+    uv_async_send(&srv->workers[i].stop_async);
+  if (srv->admin)
+    gw_admin_stop(srv->admin, on_admin_stopped, srv);
+  uv_close((uv_handle_t *)&srv->sigterm, NULL);
+  uv_close((uv_handle_t *)&srv->sigint, NULL);
+}
+
+int gw_run(const gw_config *cfg) {
+  gw_server srv;
+  memset(&srv, 0, sizeof srv);
+  srv.cfg = cfg;
+  signal(SIGPIPE, SIG_IGN);
+  http_parser_set_max_header_size((uint32_t)cfg->max_header + 1024);
+
+  struct sockaddr_storage up;
+  if (resolve_upstream(cfg, &up))
+    return 1;
+
+  int port = cfg->listen.port;
+  int n = cfg->workers;
+  int *fds = calloc((size_t)n, sizeof *fds);
+  srv.workers = calloc((size_t)n, sizeof *srv.workers);
+  if (!fds || !srv.workers) {
+    fprintf(stderr, "idem serve: out of memory\n");
+    return 1;
+  }
+  for (int i = 0; i < n; i++) {
+    fds[i] = listen_socket(cfg->listen.host, &port, 1);
+    if (fds[i] < 0) {
+      char a[300];
+      gw_addr_format(cfg->listen.host, port, a, sizeof a);
+      fprintf(stderr, "idem serve: cannot listen on %s: %s\n", a,
+              strerror(-fds[i]));
+      for (int k = 0; k < i; k++)
+        close(fds[k]);
+      free(fds);
+      free(srv.workers);
+      return 1;
+    }
+  }
+  int rc = 0;
+  int inited = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    srv.workers[i].id = i;
+    rc = worker_init(&srv.workers[i], cfg, fds[i], &up);
+    inited = i + 1;
+  }
+  int admin_fd = -1, admin_port = cfg->admin.port;
+  if (!rc && cfg->has_admin) {
+    admin_fd = listen_socket(cfg->admin.host, &admin_port, 0);
+    if (admin_fd < 0) {
+      char a[300];
+      gw_addr_format(cfg->admin.host, admin_port, a, sizeof a);
+      fprintf(stderr, "idem serve: cannot listen on %s (admin): %s\n", a,
+              strerror(-admin_fd));
+      rc = -1;
+    }
+  }
+  uv_loop_init(&srv.loop);
+  if (rc) {
+    /* tear down what was built; nothing ran yet */
+    for (int i = 0; i < inited; i++) {
+      gw_worker *w = &srv.workers[i];
+      w->stopping = 1;
+      if (!uv_is_closing((uv_handle_t *)&w->listener))
+        uv_close((uv_handle_t *)&w->listener, NULL);
+      if (w->pool)
+        gw_worker_idle(w);
+      else
+        uv_close((uv_handle_t *)&w->stop_async, NULL);
+      uv_run(&w->loop, UV_RUN_DEFAULT);
+      uv_loop_close(&w->loop);
+    }
+    for (int i = inited; i < n; i++)
+      close(fds[i]);
+    uv_loop_close(&srv.loop);
+    free(fds);
+    free(srv.workers);
+    return rc == -2 ? 2 : 1;
+  }
+  if (admin_fd >= 0) {
+    srv.admin = gw_admin_start(&srv.loop, cfg, admin_fd);
+    if (!srv.admin)
+      fprintf(stderr, "idem serve: admin listener failed\n");
+  }
+  uv_signal_init(&srv.loop, &srv.sigterm);
+  uv_signal_init(&srv.loop, &srv.sigint);
+  srv.sigterm.data = srv.sigint.data = &srv;
+  uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&srv.sigint, on_signal, SIGINT);
+
+  for (int i = 0; i < n; i++)
+    uv_thread_create(&srv.workers[i].thread, worker_main, &srv.workers[i]);
+  srv.nworkers = n;
+
+  char a[300];
+  gw_addr_format(cfg->listen.host, port, a, sizeof a);
+  fprintf(stderr, "idem serve: listening on %s\n", a);
+  if (srv.admin) {
+    gw_addr_format(cfg->admin.host, admin_port, a, sizeof a);
+    fprintf(stderr, "idem serve: admin listening on %s\n", a);
+  }
+  fflush(stderr);
+
+  uv_run(&srv.loop, UV_RUN_DEFAULT);
+  for (int i = 0; i < n; i++) {
+    uv_thread_join(&srv.workers[i].thread);
+    uv_loop_close(&srv.workers[i].loop);
+  }
+  uv_loop_close(&srv.loop);
+  free(fds);
+  free(srv.workers);
+  return 0;
+}

@@ -1,0 +1,427 @@
+/* upstream.c - keep-alive connection pool to the upstream (see upstream.h). */
+#include "http/upstream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <http_parser.h>
+
+#define IDLE_CLOSE_MS 15000 /* close pooled connections unused this long */
+#define MAX_IDLE 512
+
+enum { UC_CONNECTING, UC_BUSY, UC_IDLE, UC_CLOSING };
+
+typedef struct up_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_connect_t creq;
+  uv_write_t wreq;
+  http_parser p;
+  upstream_pool *pool;
+  struct up_conn *next, *prev; /* idle list */
+  int state;
+  int handles; /* open uv handles, the conn is freed at 0 */
+  int reused;
+  int msg_done;
+  int too_large;
+  int writing;
+  size_t got;
+  /* the request in flight */
+  const uv_buf_t *bufs;
+  unsigned nbufs;
+  int is_head, retry_safe;
+  upstream_response *resp;
+  upstream_cb cb;
+  void *arg;
+} up_conn;
+
+struct upstream_pool {
+  uv_loop_t *loop;
+  const gw_config *cfg;
+  struct sockaddr_storage addr;
+  up_conn *idle;
+  size_t nidle;
+  size_t nconns;
+  int closing;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+void upstream_response_free(upstream_response *r) {
+  gw_headers_free(&r->headers);
+  gw_buf_free(&r->body);
+}
+
+static void conn_close(up_conn *c);
+static void start_request(upstream_pool *pool, up_conn *c);
+
+static void idle_unlink(up_conn *c) {
+  upstream_pool *pool = c->pool;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    pool->idle = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+  pool->nidle--;
+}
+
+static void finish(up_conn *c, upstream_kind kind) {
+  upstream_cb cb = c->cb;
+  void *arg = c->arg;
+  upstream_response *resp = c->resp;
+  c->cb = NULL;
+  c->resp = NULL;
+  if (!cb)
+    return;
+  resp->kind = kind;
+  cb(arg, resp);
+}
+
+/* Hand the request of c to a fresh connection (c is closed by the caller). */
+static void retry_fresh(up_conn *c) {
+  up_conn *n = calloc(1, sizeof *n);
+  if (!n) {
+    finish(c, UP_RESET);
+    return;
+  }
+  n->bufs = c->bufs;
+  n->nbufs = c->nbufs;
+  n->is_head = c->is_head;
+  n->retry_safe = 0;
+  n->resp = c->resp;
+  n->cb = c->cb;
+  n->arg = c->arg;
+  c->cb = NULL;
+  c->resp = NULL;
+  gw_headers_reset(&n->resp->headers);
+  n->resp->body.len = 0;
+  n->resp->status = 0;
+  start_request(c->pool, n);
+}
+
+static void on_close(uv_handle_t *h) {
+  up_conn *c = h->data;
+  if (--c->handles > 0)
+    return;
+  upstream_pool *pool = c->pool;
+  free(c);
+  pool->nconns--;
+  if (pool->closing && pool->nconns == 0 && pool->done) {
+    void (*done)(void *) = pool->done;
+    void *arg = pool->done_arg;
+    free(pool);
+    done(arg);
+  }
+}
+
+static void conn_close(up_conn *c) {
+  if (c->state == UC_CLOSING)
+    return;
+  if (c->state == UC_IDLE)
+    idle_unlink(c);
+  c->state = UC_CLOSING;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->tcp, on_close);
+  uv_close((uv_handle_t *)&c->timer, on_close);
+}
+
+/* ---- response parsing ---- */
+
+static int r_begin(http_parser *p) {
+  up_conn *c = p->data;
+  gw_headers_reset(&c->resp->headers);
+  c->resp->body.len = 0;
+  return 0;
+}
+static int r_field(http_parser *p, const char *at, size_t len) {
+  up_conn *c = p->data;
+  return gw_headers_on_field(&c->resp->headers, at, len);
+}
+static int r_value(http_parser *p, const char *at, size_t len) {
+  up_conn *c = p->data;
+  return gw_headers_on_value(&c->resp->headers, at, len);
+}
+static int r_headers_complete(http_parser *p) {
+  up_conn *c = p->data;
+  gw_headers_done(&c->resp->headers);
+  c->resp->status = p->status_code;
+  if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
+    if (p->content_length > c->pool->cfg->max_response) {
+      c->too_large = 1;
+      return -1;
+    }
+    if (gw_buf_reserve(&c->resp->body, (size_t)p->content_length))
+      return -1;
+  }
+  return c->is_head ? 1 : 0;
+}
+static int r_body(http_parser *p, const char *at, size_t len) {
+  up_conn *c = p->data;
+  if (c->resp->body.len + len > c->pool->cfg->max_response) {
+    c->too_large = 1;
+    return -1;
+  }
+  return gw_buf_append(&c->resp->body, at, len);
+}
+static int r_complete(http_parser *p) {
+  up_conn *c = p->data;
+  c->msg_done = 1;
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+static const http_parser_settings rsettings = {
+    .on_message_begin = r_begin,
+    .on_header_field = r_field,
+    .on_header_value = r_value,
+    .on_headers_complete = r_headers_complete,
+    .on_body = r_body,
+    .on_message_complete = r_complete,
+};
+
+static void on_pool_idle_timer(uv_timer_t *t) { conn_close(t->data); }
+
+/* A full answer arrived; leftover bytes mean the upstream misbehaves. */
+static void answered(up_conn *c, int leftover) {
+  int keep = http_should_keep_alive(&c->p) && !leftover && !c->pool->closing &&
+             c->pool->nidle < MAX_IDLE && c->p.upgrade == 0;
+  c->resp->keep_alive = keep;
+  if (keep) {
+    upstream_pool *pool = c->pool;
+    c->state = UC_IDLE;
+    c->reused = 1;
+    c->next = pool->idle;
+    c->prev = NULL;
+    if (pool->idle)
+      pool->idle->prev = c;
+    pool->idle = c;
+    pool->nidle++;
+    uv_timer_start(&c->timer, on_pool_idle_timer, IDLE_CLOSE_MS, 0);
+  }
+  finish(c, UP_OK);
+  if (!keep)
+    conn_close(c);
+}
+
+static void on_write_failed(uv_timer_t *t);
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  static _Thread_local char slab[65536];
+  buf->base = slab;
+  buf->len = sizeof slab;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  up_conn *c = s->data;
+  if (nread == 0)
+    return;
+  if (c->state == UC_IDLE || c->state == UC_CLOSING) {
+    conn_close(c); /* bytes or EOF on an idle connection: it is done */
+    return;
+  }
+  if (nread < 0) {
+    if (c->state != UC_BUSY) {
+      conn_close(c);
+      return;
+    }
+    if (nread == UV_EOF && c->got) {
+      /* an answer delimited by the end of the connection */
+      if (HTTP_PARSER_ERRNO(&c->p) == HPE_PAUSED)
+        http_parser_pause(&c->p, 0);
+      http_parser_execute(&c->p, &rsettings, NULL, 0);
+      if (c->msg_done && c->resp->status >= 200) {
+        c->resp->keep_alive = 0;
+        finish(c, UP_OK);
+        conn_close(c);
+        return;
+      }
+    }
+    if (!c->got && c->reused && c->retry_safe && !c->writing)
+      retry_fresh(c);
+    else
+      finish(c, c->too_large ? UP_TOO_LARGE : UP_RESET);
+    conn_close(c);
+    return;
+  }
+  c->got += (size_t)nread;
+  const char *data = buf->base;
+  size_t len = (size_t)nread;
+  while (len) {
+    size_t n = http_parser_execute(&c->p, &rsettings, data, len);
+    enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
+    if (e != HPE_OK && e != HPE_PAUSED) {
+      finish(c, c->too_large ? UP_TOO_LARGE : UP_BAD_RESPONSE);
+      conn_close(c);
+      return;
+    }
+    data += n;
+    len -= n;
+    if (!c->msg_done)
+      break;
+    c->msg_done = 0;
+    http_parser_pause(&c->p, 0);
+    if (c->resp->status >= 100 && c->resp->status < 200 &&
+        c->resp->status != 101)
+      continue; /* interim answer (100 Continue, 103): the real one follows */
+    if (c->writing) {
+      /* answered before the request was fully written: take the answer,
+       * never reuse the connection */
+      c->resp->keep_alive = 0;
+      finish(c, UP_OK);
+      conn_close(c);
+      return;
+    }
+    answered(c, len != 0);
+    return;
+  }
+}
+
+static void write_cb(uv_write_t *w, int status) {
+  up_conn *c = w->data;
+  c->writing = 0;
+  if (c->state == UC_CLOSING)
+    return;
+  if (status < 0 && c->state == UC_BUSY && c->cb) {
+    if (!c->got && c->reused && c->retry_safe)
+      retry_fresh(c);
+    else
+      finish(c, UP_RESET);
+    conn_close(c);
+  }
+}
+
+static void send_now(up_conn *c) {
+  c->state = UC_BUSY;
+  c->got = 0;
+  c->msg_done = 0;
+  c->too_large = 0;
+  http_parser_init(&c->p, HTTP_RESPONSE);
+  c->p.data = c;
+  c->writing = 1;
+  c->wreq.data = c;
+  int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, c->bufs, c->nbufs,
+                    write_cb);
+  if (rc < 0) {
+    c->writing = 0;
+    /* fail from the loop, not from inside upstream_send: via the timer */
+    uv_timer_start(&c->timer, on_write_failed, 0, 0);
+  }
+}
+
+static void on_timer(uv_timer_t *t) {
+  up_conn *c = t->data;
+  if (c->state == UC_CONNECTING)
+    finish(c, UP_CONNECT_FAILED);
+  else if (c->state == UC_BUSY)
+    finish(c, UP_TIMEOUT);
+  conn_close(c);
+}
+
+/* Deferred failure of a write that could not even start. */
+static void on_write_failed(uv_timer_t *t) {
+  up_conn *c = t->data;
+  if (c->state == UC_BUSY) {
+    if (c->reused && c->retry_safe)
+      retry_fresh(c);
+    else
+      finish(c, UP_RESET);
+  }
+  conn_close(c);
+}
+
+
+static void connect_cb(uv_connect_t *req, int status) {
+  up_conn *c = req->data;
+  if (c->state == UC_CLOSING)
+    return;
+  if (status < 0) {
+    finish(c, UP_CONNECT_FAILED);
+    conn_close(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  send_now(c);
+}
+
+static void connect_failed_later(uv_timer_t *t) {
+  up_conn *c = t->data;
+  finish(c, UP_CONNECT_FAILED);
+  conn_close(c);
+}
+
+static void start_request(upstream_pool *pool, up_conn *c) {
+  c->pool = pool;
+  c->state = UC_CONNECTING;
+  c->handles = 2;
+  pool->nconns++;
+  uv_tcp_init(pool->loop, &c->tcp);
+  uv_timer_init(pool->loop, &c->timer);
+  c->tcp.data = c->timer.data = c->creq.data = c;
+  uv_timer_start(&c->timer, on_timer, (uint64_t)pool->cfg->upstream_timeout_ms, 0);
+  int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&pool->addr,
+                          connect_cb);
+  if (rc < 0)
+    uv_timer_start(&c->timer, connect_failed_later, 0, 0);
+}
+
+upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
+                                 const struct sockaddr *addr) {
+  upstream_pool *pool = calloc(1, sizeof *pool);
+  if (!pool)
+    return NULL;
+  pool->loop = loop;
+  pool->cfg = cfg;
+  memcpy(&pool->addr, addr,
+         addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                     : sizeof(struct sockaddr_in));
+  return pool;
+}
+
+void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
+                   int is_head, int retry_safe, upstream_response *resp,
+                   upstream_cb cb, void *arg) {
+  up_conn *c = pool->idle;
+  if (c)
+    idle_unlink(c);
+  else {
+    c = calloc(1, sizeof *c);
+    if (!c) {
+      /* no memory for a connection: nothing was sent */
+      resp->kind = UP_CONNECT_FAILED;
+      cb(arg, resp);
+      return;
+    }
+  }
+  c->bufs = bufs;
+  c->nbufs = nbufs;
+  c->is_head = is_head;
+  c->retry_safe = retry_safe;
+  c->resp = resp;
+  c->cb = cb;
+  c->arg = arg;
+  resp->status = 0;
+  resp->kind = UP_OK;
+  if (c->state == UC_IDLE) {
+    uv_timer_start(&c->timer, on_timer, (uint64_t)pool->cfg->upstream_timeout_ms, 0);
+    send_now(c);
+  } else {
+    start_request(pool, c);
+  }
+}
+
+void upstream_pool_close(upstream_pool *pool, void (*done)(void *), void *arg) {
+  pool->closing = 1;
+  pool->done = done;
+  pool->done_arg = arg;
+  while (pool->idle)
+    conn_close(pool->idle);
+  if (pool->nconns == 0) {
+    free(pool);
+    done(arg);
+  }
+}

@@ -1,0 +1,59 @@
+/*
+ * upstream.h - one worker's connections to the upstream: a pool of
+ * keep-alive connections, one request at a time on each, responses parsed
+ * with http_parser and buffered whole (up to --max-response) so that they can
+ * be stored and replayed.
+ */
+#ifndef IDEM_HTTP_UPSTREAM_H
+#define IDEM_HTTP_UPSTREAM_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "http/config.h"
+#include "http/msg.h"
+
+typedef enum {
+  UP_OK = 0,          /* a complete answer */
+  UP_CONNECT_FAILED,  /* nothing was sent: the upstream never saw it */
+  UP_TIMEOUT,         /* sent, no complete answer in --upstream-timeout */
+  UP_RESET,           /* sent, the connection broke before a full answer */
+  UP_BAD_RESPONSE,    /* sent, the answer was not valid HTTP */
+  UP_TOO_LARGE        /* sent, the answer's body passed --max-response */
+} upstream_kind;
+
+typedef struct {
+  upstream_kind kind;
+  int status;
+  gw_headers headers; /* as received, hop-by-hop included */
+  gw_buf body;        /* de-chunked */
+  int keep_alive;
+} upstream_response;
+
+void upstream_response_free(upstream_response *r);
+
+typedef struct upstream_pool upstream_pool;
+
+/* Completion: resp is the caller's, filled in. Called exactly once, never
+ * from inside upstream_send. */
+typedef void (*upstream_cb)(void *arg, upstream_response *resp);
+
+upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
+                                 const struct sockaddr *addr);
+
+/*
+ * Send one request (bufs stay valid until cb). is_head: the answer has no
+ * body. retry_safe: the request may be sent twice (an idempotent method
+ * without a key): when a reused keep-alive connection turns out closed
+ * before any answer byte, it is sent once more on a fresh connection.
+ */
+void upstream_send(upstream_pool *pool, const uv_buf_t *bufs,
+                   unsigned nbufs, int is_head, int retry_safe,
+                   upstream_response *resp, upstream_cb cb, void *arg);
+
+/* Close idle connections and free the pool once no request is in flight
+ * (the caller has drained them); done runs on the loop afterwards. */
+void upstream_pool_close(upstream_pool *pool, void (*done)(void *), void *arg);
+
+#endif
