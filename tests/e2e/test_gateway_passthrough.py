@@ -100,6 +100,34 @@ class PassThrough(GatewayTestCase):
                              "10 sequential requests used %d upstream connections"
                              % self.up.connections())
 
+    def test_connection_close_from_client(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/cc", b"x", key="cc", headers={"Connection": "close"}))
+            r = c.read_response()
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertTrue(c.closed(5), "connection kept open after Connection: close")
+
+    def test_expect_100_continue(self):
+        # curl sends Expect: 100-continue for large bodies; RFC 9110 wants an
+        # immediate 100 (or a final answer), not a wait for the body.
+        gw = self.start_gateway(self.up)
+        body = b"e" * 5000
+        with RawConn(gw.port) as c:
+            c.send(b"POST /exp HTTP/1.1\r\nHost: x\r\nIdempotency-Key: exp\r\nX-Test-Id: exp\r\n"
+                   b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+            try:
+                interim = c.read_response(timeout=3, head=True)
+            except Exception as e:
+                self.fail("no 100 Continue within 3s: %r\n%s" % (e, self.gw_log()))
+            self.assertEqual(interim.status, 100, interim)
+            c.send(body)
+            r = c.read_response()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["body_len"], len(body))
+        self.assertEqual(self.up.count("exp"), 1)
+        self.assertEqual(self.up.requests("exp")[0]["body"], body)
+
     def test_chunked_request_body(self):
         gw = self.start_gateway(self.up)
         body = b"hello chunked world" * 10
