@@ -1,0 +1,239 @@
+/* test_redis_uri.c - redis:// URIs, and the names records get in Redis:
+ * every part of the URI, every malformed one refused with a sentence, and
+ * record names that split back into the same (scope, key). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idem/idem.h"
+#include "store/redis.h"
+
+static idem_redis_uri parse_ok(const char *uri) {
+  idem_redis_uri u;
+  char *why = NULL;
+  int err = idem_redis_uri_parse(uri, &u, &why);
+  if (err)
+    print_error("%s: %s\n", uri, why ? why : "(no reason)");
+  assert_int_equal(err, 0);
+  assert_null(why);
+  return u;
+}
+
+static void parse_bad(const char *uri) {
+  idem_redis_uri u;
+  char *why = NULL;
+  int err = idem_redis_uri_parse(uri, &u, &why);
+  if (err != IDEM_EURI)
+    print_error("accepted: %s\n", uri);
+  assert_int_equal(err, IDEM_EURI);
+  assert_non_null(why); /* every refusal says why */
+  assert_true(strlen(why) > 5);
+  free(why);
+}
+
+static void host_and_port(void **state) {
+  (void)state;
+  idem_redis_uri u = parse_ok("redis://127.0.0.1:6380");
+  assert_string_equal(u.host, "127.0.0.1");
+  assert_int_equal(u.port, 6380);
+  assert_int_equal(u.db, 0);
+  assert_null(u.user);
+  assert_null(u.password);
+  assert_string_equal(u.prefix, "idem");
+  assert_int_equal(u.timeout_ms, IDEM_REDIS_COMMAND_TIMEOUT_MS);
+  assert_int_equal(u.connect_timeout_ms, IDEM_REDIS_CONNECT_TIMEOUT_MS);
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://cache.internal");
+  assert_string_equal(u.host, "cache.internal");
+  assert_int_equal(u.port, 6379);
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://[::1]:7000/3");
+  assert_string_equal(u.host, "::1");
+  assert_int_equal(u.port, 7000);
+  assert_int_equal(u.db, 3);
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://h/");
+  assert_int_equal(u.db, 0);
+  idem_redis_uri_clear(&u);
+}
+
+static void user_and_password(void **state) {
+  (void)state;
+  idem_redis_uri u = parse_ok("redis://app:s3cret@h:1/2");
+  assert_string_equal(u.user, "app");
+  assert_string_equal(u.password, "s3cret");
+  assert_string_equal(u.host, "h");
+  assert_int_equal(u.port, 1);
+  assert_int_equal(u.db, 2);
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://:only-pass@h"); /* AUTH with one argument */
+  assert_null(u.user);
+  assert_string_equal(u.password, "only-pass");
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://bare@h"); /* as redis-cli: a bare word is the password */
+  assert_null(u.user);
+  assert_string_equal(u.password, "bare");
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://us%40er:p%3Aa%2Fss%20word@h"); /* percent-decoded */
+  assert_string_equal(u.user, "us@er");
+  assert_string_equal(u.password, "p:a/ss word");
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://u:p@ss@h"); /* the last '@' ends the user info */
+  assert_string_equal(u.password, "p@ss");
+  assert_string_equal(u.host, "h");
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://:@h"); /* an empty password is none */
+  assert_null(u.password);
+  idem_redis_uri_clear(&u);
+}
+
+static void options(void **state) {
+  (void)state;
+  idem_redis_uri u = parse_ok("redis://h:1/0?timeout=250ms&connect_timeout=3s&prefix=shop");
+  assert_int_equal(u.timeout_ms, 250);
+  assert_int_equal(u.connect_timeout_ms, 3000);
+  assert_string_equal(u.prefix, "shop");
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://h?timeout=1m&&");
+  assert_int_equal(u.timeout_ms, 60000);
+  idem_redis_uri_clear(&u);
+}
+
+static void malformed_uris_are_refused(void **state) {
+  (void)state;
+  parse_bad("memory:");
+  parse_bad("redis:/h");
+  parse_bad("rediss://h:6379");   /* TLS: said so, not silently plain */
+  parse_bad("redis://");
+  parse_bad("redis://:6379");
+  parse_bad("redis://h:");
+  parse_bad("redis://h:0");
+  parse_bad("redis://h:65536");
+  parse_bad("redis://h:12ab");
+  parse_bad("redis://h:1/x");
+  parse_bad("redis://h:1/-1");
+  parse_bad("redis://h:1/1/2");
+  parse_bad("redis://[::1");
+  parse_bad("redis://[]:1");
+  parse_bad("redis://[::1]x");
+  parse_bad("redis://u:p%zz@h");
+  parse_bad("redis://u:p%4@h");
+  parse_bad("redis://u:p%00@h");
+  parse_bad("redis://h?timeout=fast");
+  parse_bad("redis://h?timeout=0s");
+  parse_bad("redis://h?timeout");
+  parse_bad("redis://h?colour=red");
+  parse_bad("redis://h?prefix=");
+  parse_bad("redis://h?prefix=a{b}");
+
+  idem_redis_uri u;
+  assert_int_equal(idem_redis_uri_parse("redis://h:0", &u, NULL), IDEM_EURI);
+  assert_int_equal(idem_redis_uri_parse(NULL, &u, NULL), IDEM_EURI);
+}
+
+static void split_back(const char *scope, const char *key) {
+  size_t len;
+  char *name = idem_redis_key("idem", scope, key, &len);
+  assert_non_null(name);
+  assert_int_equal(strlen(name), len);
+  /* the whole record name is the Cluster hash tag */
+  assert_memory_equal(name, "idem:{", 6);
+  assert_int_equal(name[len - 1], '}');
+  const char *s, *k;
+  assert_int_equal(idem_redis_key_split("idem", name, len, &s, &k), 0);
+  assert_string_equal(s, scope ? scope : "");
+  assert_string_equal(k, key);
+  free(name);
+}
+
+static void record_names_round_trip(void **state) {
+  (void)state;
+  split_back("", "k");
+  split_back(NULL, "order-1");
+  split_back("tenant", "a key with spaces");
+  split_back("t:1", "x:y}{z}"); /* separators and braces inside are fine */
+  split_back("12:ab", "3:c");
+  char scope[256], key[256];
+  memset(scope, 's', 255);
+  scope[255] = '\0';
+  memset(key, 'k', 255);
+  key[255] = '\0';
+  split_back(scope, key);
+
+  size_t len;
+  char *name = idem_redis_key("idem", "ab", "c", &len);
+  assert_string_equal(name, "idem:{2:ab:c}");
+  free(name);
+  /* a scope that looks like the start of another cannot collide */
+  char *a = idem_redis_key("idem", "a:1", "b", &len);
+  char *b = idem_redis_key("idem", "a", "1:b", &len);
+  assert_string_not_equal(a, b);
+  free(a);
+  free(b);
+}
+
+static void foreign_names_are_not_split(void **state) {
+  (void)state;
+  const char *bad[] = {"idem:{2:ab:c",  "idem:2:ab:c}",  "other:{2:ab:c}", "idem:{x:ab:c}",
+                       "idem:{9:ab:c}", "idem:{2:ab:}",  "idem:{2:abc}",   "idem:{}",
+                       "idem:{256:a:b}", "idem", "idem:{2:ab:c\x01}"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char buf[64];
+    const char *s, *k;
+    snprintf(buf, sizeof buf, "%s", bad[i]);
+    if (idem_redis_key_split("idem", buf, strlen(buf), &s, &k) != -1)
+      print_error("split: %s\n", bad[i]);
+    assert_int_equal(idem_redis_key_split("idem", buf, strlen(buf), &s, &k), -1);
+  }
+}
+
+static void match_patterns_escape_globs(void **state) {
+  (void)state;
+  char *m = idem_redis_match("idem", NULL);
+  assert_string_equal(m, "idem:{*");
+  free(m);
+  m = idem_redis_match("idem", "t1");
+  assert_string_equal(m, "idem:{2:t1:*");
+  free(m);
+  m = idem_redis_match("idem", "a*b?[c]\\");
+  assert_string_equal(m, "idem:{8:a\\*b\\?\\[c\\]\\\\:*");
+  free(m);
+  m = idem_redis_match("idem", "");
+  assert_string_equal(m, "idem:{0::*");
+  free(m);
+}
+
+static void script_sha_is_stable(void **state) {
+  (void)state;
+  const char *sha = idem_redis_script_sha();
+  assert_int_equal(strlen(sha), 40);
+  assert_ptr_equal(sha, idem_redis_script_sha());
+  assert_int_equal(strlen(idem_redis_script), idem_redis_script_len);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(host_and_port),
+      cmocka_unit_test(user_and_password),
+      cmocka_unit_test(options),
+      cmocka_unit_test(malformed_uris_are_refused),
+      cmocka_unit_test(record_names_round_trip),
+      cmocka_unit_test(foreign_names_are_not_split),
+      cmocka_unit_test(match_patterns_escape_globs),
+      cmocka_unit_test(script_sha_is_stable),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
