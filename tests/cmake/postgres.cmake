@@ -4,3 +4,23 @@
 # The contract suite opens the store with migrate=1: every open (and there
 # are several at once) runs the migration under its advisory lock.
 set_property(TEST contract.postgres APPEND PROPERTY ENVIRONMENT "IDEM_TEST_PG_PARAMS=migrate=1")
+
+# examples/pg_exactly_once.c: the in-transaction API, built with the tests.
+add_executable(pg_exactly_once ${PROJECT_SOURCE_DIR}/examples/pg_exactly_once.c)
+target_link_libraries(pg_exactly_once PRIVATE idem_static)
+
+# The example, end to end: a saga run twice writes each step once.
+add_test(NAME example.pg_exactly_once
+  COMMAND ${SUPPORT}/with-postgres.sh sh -c
+    "$1 \"$2\" order-1 42 && $1 \"$2\" order-1 42 | grep -q 'charge: already done'"
+    sh $<TARGET_FILE:pg_exactly_once> "{PG_URI}")
+set_tests_properties(example.pg_exactly_once PROPERTIES TIMEOUT 120 LABELS example)
+
+# tests/e2e/test_pg_*.py run themselves under with-postgres.sh; the crash
+# test drives the example binary.
+foreach(t test_pg_tx_crash test_pg_outage test_pg_gateways)
+  if(TEST e2e.${t})
+    set_property(TEST e2e.${t} APPEND PROPERTY ENVIRONMENT
+      "IDEM_PG_EXAMPLE=$<TARGET_FILE:pg_exactly_once>")
+  endif()
+endforeach()
