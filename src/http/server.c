@@ -159,10 +159,14 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
             idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
     free(msg);
     w->store = NULL;
-    /* an unreachable store is retried per request (503 or pass-through
-     * meanwhile); a wrong URI or schema will not heal: refuse to start */
-    if (rc != IDEM_ESTORE && rc != IDEM_ETIMEDOUT)
-      return -2;
+    /* A network store that is down is retried per request (503 or
+     * pass-through meanwhile). A wrong URI or schema, or an embedded store
+     * that cannot be opened (path, permissions), will not heal: refuse to
+     * start. */
+    int networked = !strncmp(cfg->store_uri, "redis", 5) ||
+                    !strncmp(cfg->store_uri, "postgres", 8);
+    if ((rc != IDEM_ESTORE && rc != IDEM_ETIMEDOUT) || !networked)
+      return rc == IDEM_EURI ? -2 : -1;
     w->store_retry_at = uv_now(&w->loop) + 1000;
   }
   return 0;
