@@ -124,9 +124,8 @@ int gw_headers_on_value(gw_headers *h, const char *at, size_t len) {
 }
 
 void gw_headers_done(gw_headers *h) {
-  if (h->in_value)
-    trim_last_value(h);
-  h->in_value = 0;
+  trim_last_value(h); /* idempotent */
+  h->in_value = 1;    /* a later field starts a new header */
 }
 
 void gw_headers_reset(gw_headers *h) {

@@ -16,7 +16,7 @@ void gw_request_free(gw_request *r) {
   gw_buf_free(&r->body);
 }
 
-static int fail(gw_reqparser *rp, int status, const char *detail) {
+static int refuse(gw_reqparser *rp, int status, const char *detail) {
   rp->state = ST_ERROR;
   rp->error_status = status;
   rp->error_detail = detail;
@@ -30,7 +30,7 @@ static int on_message_begin(http_parser *p) {
   if (!rp->cur) {
     rp->cur = calloc(1, sizeof *rp->cur);
     if (!rp->cur)
-      return fail(rp, 503, "out of memory");
+      return refuse(rp, 503, "out of memory");
   }
   rp->head_bytes = 0;
   rp->started = 1;
@@ -40,7 +40,7 @@ static int on_message_begin(http_parser *p) {
 static int count_head(gw_reqparser *rp, size_t len) {
   rp->head_bytes += len;
   if (rp->head_bytes > rp->cfg->max_header)
-    return fail(rp, 431, "the request line and headers exceed the gateway's limit");
+    return refuse(rp, 431, "the request line and headers exceed the gateway's limit");
   return 0;
 }
 
@@ -49,7 +49,7 @@ static int on_url(http_parser *p, const char *at, size_t len) {
   if (count_head(rp, len))
     return -1;
   if (gw_buf_append(&rp->cur->target, at, len))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   return 0;
 }
 
@@ -58,7 +58,7 @@ static int on_header_field(http_parser *p, const char *at, size_t len) {
   if (count_head(rp, len + 4))
     return -1;
   if (gw_headers_on_field(&rp->cur->headers, at, len))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   return 0;
 }
 
@@ -67,7 +67,7 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
   if (count_head(rp, len))
     return -1;
   if (gw_headers_on_value(&rp->cur->headers, at, len))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   return 0;
 }
 
@@ -77,7 +77,7 @@ static int on_headers_complete(http_parser *p) {
   gw_headers_done(&r->headers);
   /* keep the target NUL-terminated for callers that want a C string */
   if (gw_buf_append(&r->target, "", 1))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   r->target.len--;
   const char *m = http_method_str((enum http_method)p->method);
   size_t mlen = strlen(m);
@@ -90,9 +90,9 @@ static int on_headers_complete(http_parser *p) {
   r->http_minor = p->http_minor;
   r->keep_alive = http_should_keep_alive(p);
   if (p->method == HTTP_CONNECT)
-    return fail(rp, 400, "CONNECT is not supported by this gateway");
+    return refuse(rp, 400, "CONNECT is not supported by this gateway");
   if (p->http_major != 1)
-    return fail(rp, 400, "only HTTP/1.0 and HTTP/1.1 are supported");
+    return refuse(rp, 400, "only HTTP/1.0 and HTTP/1.1 are supported");
 
   /* Framing must be unambiguous (RFC 9112 6.3): one Content-Length, or
    * Transfer-Encoding ending in chunked, never both. http_parser checks most
@@ -102,15 +102,15 @@ static int on_headers_complete(http_parser *p) {
   const char *te = gw_headers_get(&r->headers, "Transfer-Encoding", &tlen, &nte);
   gw_headers_get(&r->headers, "Content-Length", NULL, &ncl);
   if (ncl > 1)
-    return fail(rp, 400, "more than one Content-Length header");
+    return refuse(rp, 400, "more than one Content-Length header");
   if (ncl && nte)
-    return fail(rp, 400, "both Content-Length and Transfer-Encoding: ambiguous framing");
+    return refuse(rp, 400, "both Content-Length and Transfer-Encoding: ambiguous framing");
   if (nte > 1 || (te && !gw_ieq(te, tlen, "chunked")))
-    return fail(rp, 400, "Transfer-Encoding other than a single 'chunked' is not supported");
+    return refuse(rp, 400, "Transfer-Encoding other than a single 'chunked' is not supported");
   if (te && p->http_minor == 0)
-    return fail(rp, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    return refuse(rp, 400, "Transfer-Encoding in an HTTP/1.0 request");
   if (ncl && p->content_length > rp->cfg->max_body)
-    return fail(rp, 413, "the request body exceeds the gateway's limit");
+    return refuse(rp, 413, "the request body exceeds the gateway's limit");
   if (p->upgrade)
     r->upgrade = 1;
 
@@ -128,13 +128,13 @@ static int on_body(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
   gw_request *r = rp->cur;
   if (r->body.len + len > rp->cfg->max_body)
-    return fail(rp, 413, "the request body exceeds the gateway's limit");
+    return refuse(rp, 413, "the request body exceeds the gateway's limit");
   if (!r->body.cap && p->content_length != ULLONG_MAX &&
       p->content_length + len <= rp->cfg->max_body &&
       gw_buf_reserve(&r->body, (size_t)p->content_length + len))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   if (gw_buf_append(&r->body, at, len))
-    return fail(rp, 503, "out of memory");
+    return refuse(rp, 503, "out of memory");
   return 0;
 }
 

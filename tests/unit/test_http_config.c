@@ -1,0 +1,161 @@
+/* test_http_config.c - `idem serve` flags (src/http/config.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http/config.c"
+
+#define UP "--upstream", "http://127.0.0.1:9000"
+
+static int parse(gw_config *cfg, char *err, int argc, char **argv) {
+  gw_config_init(cfg);
+  return gw_config_parse(cfg, argc, argv, err, 512);
+}
+#define PARSE(cfg, err, ...)                                                  \
+  parse(cfg, err, (int)(sizeof((char *[]){"serve", __VA_ARGS__}) / sizeof(char *)), \
+        (char *[]){"serve", __VA_ARGS__})
+
+static void test_defaults(void **state) {
+  (void)state;
+  gw_config c;
+  char err[512];
+  assert_int_equal(PARSE(&c, err, UP), 0);
+  assert_string_equal(c.listen.host, "127.0.0.1");
+  assert_int_equal(c.listen.port, 8081);
+  assert_string_equal(c.upstream_host, "127.0.0.1");
+  assert_int_equal(c.upstream_port, 9000);
+  assert_string_equal(c.upstream_authority, "127.0.0.1:9000");
+  assert_string_equal(c.store_uri, "lmdb:./idem-data");
+  assert_int_equal(c.ttl_ms, 24 * 3600 * 1000);
+  assert_int_equal(c.lock_ttl_ms, 30000);
+  assert_int_equal(c.nmethods, 2);
+  assert_string_equal(c.methods[0], "POST");
+  assert_string_equal(c.methods[1], "PATCH");
+  assert_false(c.require_key);
+  assert_string_equal(c.scope_header, "");
+  assert_int_equal(c.wait_ms, 0);
+  assert_false(c.fail_open);
+  assert_int_equal(c.max_body, 1024 * 1024);
+  assert_int_equal(c.upstream_timeout_ms, 30000);
+  assert_false(c.has_admin);
+  assert_true(c.workers >= 1);
+}
+
+static void test_every_flag(void **state) {
+  (void)state;
+  gw_config c;
+  char err[512];
+  int rc = PARSE(&c, err, "--listen", "0.0.0.0:9999", "--upstream=http://localhost:81/",
+                 "--store", "memory:x", "--ttl", "7d", "--lock-ttl", "500ms",
+                 "--methods", "POST,PUT", "--require-key", "--scope-header",
+                 "Authorization", "--wait", "2s", "--on-store-error", "open",
+                 "--max-body", "64KiB", "--upstream-timeout", "5s",
+                 "--admin-listen", "[::1]:9100", "--workers", "3",
+                 "--max-response", "2MiB", "--max-header", "16KiB",
+                 "--client-timeout", "3s", "--idle-timeout", "1m");
+  if (rc)
+    fail_msg("%s", err);
+  assert_string_equal(c.listen.host, "0.0.0.0");
+  assert_int_equal(c.listen.port, 9999);
+  assert_string_equal(c.upstream_host, "localhost");
+  assert_int_equal(c.upstream_port, 81);
+  assert_string_equal(c.store_uri, "memory:x");
+  assert_int_equal(c.ttl_ms, 7LL * 24 * 3600 * 1000);
+  assert_int_equal(c.lock_ttl_ms, 500);
+  assert_int_equal(c.nmethods, 2);
+  assert_string_equal(c.methods[1], "PUT");
+  assert_true(c.require_key);
+  assert_string_equal(c.scope_header, "Authorization");
+  assert_int_equal(c.wait_ms, 2000);
+  assert_true(c.fail_open);
+  assert_int_equal(c.max_body, 65536);
+  assert_int_equal(c.upstream_timeout_ms, 5000);
+  assert_true(c.has_admin);
+  assert_string_equal(c.admin.host, "::1");
+  assert_int_equal(c.admin.port, 9100);
+  assert_int_equal(c.workers, 3);
+  assert_int_equal(c.max_response, 2 * 1024 * 1024);
+  assert_int_equal(c.max_header, 16384);
+  assert_int_equal(c.client_timeout_ms, 3000);
+  assert_int_equal(c.idle_timeout_ms, 60000);
+}
+
+static void test_addresses(void **state) {
+  (void)state;
+  gw_config c;
+  char err[512];
+  assert_int_equal(PARSE(&c, err, UP, "--listen", ":8000"), 0);
+  assert_string_equal(c.listen.host, "0.0.0.0");
+  assert_int_equal(PARSE(&c, err, UP, "--listen", "127.0.0.1:0"), 0);
+  assert_int_equal(c.listen.port, 0);
+  assert_int_equal(PARSE(&c, err, "--upstream", "http://[::1]:8080"), 0);
+  assert_string_equal(c.upstream_host, "::1");
+  assert_string_equal(c.upstream_authority, "[::1]:8080");
+  assert_int_equal(PARSE(&c, err, "--upstream", "http://api.internal"), 0);
+  assert_int_equal(c.upstream_port, 80);
+}
+
+/* Every refusal names the flag and shows the accepted form. */
+static void expect_refused(const char *flag, const char *value, const char *form) {
+  gw_config c;
+  char err[512];
+  char *argv[] = {"serve", "--upstream", "http://127.0.0.1:9000", (char *)flag,
+                  (char *)value};
+  gw_config_init(&c);
+  if (gw_config_parse(&c, 5, argv, err, sizeof err) != -1)
+    fail_msg("%s %s accepted", flag, value);
+  if (!strstr(err, flag) || !strstr(err, form))
+    fail_msg("%s %s: message '%s' lacks the flag or '%s'", flag, value, err, form);
+}
+
+static void test_bad_values(void **state) {
+  (void)state;
+  expect_refused("--ttl", "5x", "24h");
+  expect_refused("--ttl", "0", "30s");
+  expect_refused("--lock-ttl", "-1s", "30s");
+  expect_refused("--wait", "soon", "500ms");
+  expect_refused("--upstream-timeout", "", "30s");
+  expect_refused("--max-body", "1XB", "1MiB");
+  expect_refused("--max-body", "0", "64KiB");
+  expect_refused("--listen", "8081", "IP:PORT");
+  expect_refused("--listen", "127.0.0.1:70000", "IP:PORT");
+  expect_refused("--admin-listen", "nohost:1", "IP:PORT");
+  expect_refused("--upstream", "https://127.0.0.1:9000", "http://HOST:PORT");
+  expect_refused("--upstream", "http://127.0.0.1:9000/v1", "http://HOST:PORT");
+  expect_refused("--upstream", "127.0.0.1:9000", "http://HOST:PORT");
+  expect_refused("--on-store-error", "maybe", "closed or open");
+  expect_refused("--methods", "POST,,PUT", "POST,PATCH");
+  expect_refused("--scope-header", "Bad Header", "Authorization");
+  expect_refused("--workers", "0", "1 to 64");
+}
+
+static void test_usage_errors(void **state) {
+  (void)state;
+  gw_config c;
+  char err[512];
+  assert_int_equal(PARSE(&c, err, "--listen", "127.0.0.1:1"), -1);
+  assert_non_null(strstr(err, "--upstream"));
+  assert_int_equal(PARSE(&c, err, UP, "--bogus"), -1);
+  assert_non_null(strstr(err, "--bogus"));
+  assert_int_equal(PARSE(&c, err, UP, "--ttl"), -1);
+  assert_non_null(strstr(err, "--ttl needs a value"));
+  assert_int_equal(PARSE(&c, err, UP, "stray"), -1);
+  assert_int_equal(PARSE(&c, err, "--help"), 1);
+  assert_int_equal(PARSE(&c, err, UP, "--wait", "0"), 0);
+  assert_int_equal(c.wait_ms, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_defaults),  cmocka_unit_test(test_every_flag),
+      cmocka_unit_test(test_addresses), cmocka_unit_test(test_bad_values),
+      cmocka_unit_test(test_usage_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

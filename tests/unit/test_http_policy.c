@@ -1,0 +1,187 @@
+/* test_http_policy.c - the gateway's pure decisions (src/http/policy.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* The gateway's sources are part of the idem binary, not of libidem: compile
+ * the pieces under test into this test. */
+#include "http/config.c"
+#include "http/msg.c"
+#include "http/policy.c"
+
+static void add_header(gw_headers *h, const char *name, const char *value) {
+  assert_int_equal(gw_headers_on_field(h, name, strlen(name)), 0);
+  assert_int_equal(gw_headers_on_value(h, value, strlen(value)), 0);
+  gw_headers_done(h);
+}
+
+static void test_methods(void **state) {
+  (void)state;
+  gw_config cfg;
+  gw_config_init(&cfg);
+  assert_true(policy_method_has_semantics(&cfg, "POST"));
+  assert_true(policy_method_has_semantics(&cfg, "PATCH"));
+  assert_false(policy_method_has_semantics(&cfg, "GET"));
+  assert_false(policy_method_has_semantics(&cfg, "PUT"));
+  assert_false(policy_method_has_semantics(&cfg, "post")); /* methods are case-sensitive */
+  char err[256];
+  char *argv[] = {"serve", "--upstream", "http://127.0.0.1:9", "--methods", "put, Delete"};
+  assert_int_equal(gw_config_parse(&cfg, 5, argv, err, sizeof err), 0);
+  assert_true(policy_method_has_semantics(&cfg, "PUT"));
+  assert_true(policy_method_has_semantics(&cfg, "DELETE"));
+  assert_false(policy_method_has_semantics(&cfg, "POST"));
+}
+
+static void test_key(void **state) {
+  (void)state;
+  char key[IDEM_KEY_MAX + 1];
+  const char *why = NULL;
+  gw_headers h = {0};
+  add_header(&h, "Content-Type", "text/plain");
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_NONE);
+
+  add_header(&h, "idempotency-key", "  order-42  ");
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_OK);
+  assert_string_equal(key, "order-42");
+  gw_headers_free(&h);
+
+  add_header(&h, "Idempotency-Key", "\"with space\"");
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_OK);
+  assert_string_equal(key, "with space");
+  gw_headers_free(&h);
+
+  add_header(&h, "Idempotency-Key", "");
+  why = NULL;
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_BAD);
+  assert_non_null(why);
+  gw_headers_free(&h);
+
+  char long_key[300];
+  memset(long_key, 'a', 256);
+  long_key[256] = 0;
+  add_header(&h, "Idempotency-Key", long_key);
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_BAD);
+  gw_headers_free(&h);
+  long_key[255] = 0;
+  add_header(&h, "Idempotency-Key", long_key);
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_OK);
+  assert_int_equal(strlen(key), 255);
+  gw_headers_free(&h);
+
+  add_header(&h, "Idempotency-Key", "a b"); /* bare token with a space */
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_BAD);
+  gw_headers_free(&h);
+
+  add_header(&h, "Idempotency-Key", "one");
+  add_header(&h, "Idempotency-Key", "two");
+  why = NULL;
+  assert_int_equal(policy_key(&h, key, &why), POLICY_KEY_BAD);
+  assert_non_null(strstr(why, "once"));
+  gw_headers_free(&h);
+}
+
+static void test_scope(void **state) {
+  (void)state;
+  gw_config cfg;
+  gw_config_init(&cfg);
+  char scope[65];
+  gw_headers h = {0};
+  add_header(&h, "Authorization", "Bearer secret-token");
+  policy_scope(&cfg, &h, scope);
+  assert_string_equal(scope, ""); /* no --scope-header */
+  snprintf(cfg.scope_header, sizeof cfg.scope_header, "authorization");
+  policy_scope(&cfg, &h, scope);
+  /* sha256("Bearer secret-token"): the secret never reaches the store */
+  assert_string_equal(scope, "86e774bff90b0fe5f8ec00ffd9e579c653705ca16285d09d992ae2bfb58bc308");
+  assert_null(strstr(scope, "secret"));
+  snprintf(cfg.scope_header, sizeof cfg.scope_header, "X-Tenant");
+  policy_scope(&cfg, &h, scope);
+  assert_string_equal(scope, ""); /* header absent: no scope */
+  gw_headers_free(&h);
+}
+
+static void test_status(void **state) {
+  (void)state;
+  static const int stored[] = {200, 201, 202, 204, 301, 302, 304, 400, 401,
+                               403, 404, 405, 410, 412, 413, 415, 422, 499};
+  static const int released[] = {100, 101, 199, 408, 409, 425, 429, 500,
+                                 502, 503, 504, 599, 0, 600};
+  for (size_t i = 0; i < sizeof stored / sizeof stored[0]; i++)
+    if (!policy_status_stored(stored[i]))
+      fail_msg("%d should be stored", stored[i]);
+  for (size_t i = 0; i < sizeof released / sizeof released[0]; i++)
+    if (policy_status_stored(released[i]))
+      fail_msg("%d should release the key", released[i]);
+}
+
+static void test_hop_headers(void **state) {
+  (void)state;
+  static const char *const hop[] = {"Connection", "keep-alive", "TRANSFER-ENCODING",
+                                    "TE", "Trailer", "Upgrade", "Proxy-Authorization",
+                                    "Proxy-Connection", "Content-Length"};
+  for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+    assert_true(policy_hop_header(hop[i], strlen(hop[i])));
+  static const char *const end[] = {"Content-Type", "Location", "Set-Cookie",
+                                    "X-Request-Id", "Trailers", "Tea"};
+  for (size_t i = 0; i < sizeof end / sizeof end[0]; i++)
+    assert_false(policy_hop_header(end[i], strlen(end[i])));
+  assert_true(policy_request_header_dropped("Idempotency-Fence", 17));
+  assert_true(policy_request_header_dropped("expect", 6));
+  assert_false(policy_request_header_dropped("Idempotency-Key", 15));
+}
+
+static void test_problem(void **state) {
+  (void)state;
+  gw_buf b = {0};
+  assert_int_equal(policy_problem(&b, 409, "request-in-progress", "Request in progress",
+                                  "say \"hi\"\n\x01"),
+                   0);
+  assert_int_equal(gw_buf_append(&b, "", 1), 0);
+  assert_string_equal(b.p,
+                      "{\"type\":\"urn:idem:problem:request-in-progress\","
+                      "\"title\":\"Request in progress\",\"status\":409,"
+                      "\"detail\":\"say \\\"hi\\\"\\n\\u0001\"}\n");
+  gw_buf_free(&b);
+  assert_string_equal(policy_reason(422), "Unprocessable Content");
+  assert_string_equal(policy_reason(599), "Unknown");
+}
+
+static void test_tokens(void **state) {
+  (void)state;
+  const char *v = "keep-alive, X-Secret ,close";
+  assert_true(gw_has_token(v, strlen(v), "x-secret"));
+  assert_true(gw_has_token(v, strlen(v), "close"));
+  assert_false(gw_has_token(v, strlen(v), "X-Sec"));
+  size_t len = 0;
+  int count = 0;
+  gw_headers h = {0};
+  /* a header handed over in pieces, as http_parser does across reads */
+  gw_headers_on_field(&h, "X-Sp", 4);
+  gw_headers_on_field(&h, "lit", 3);
+  gw_headers_on_value(&h, " a", 2);
+  gw_headers_on_value(&h, "b \t", 3);
+  gw_headers_on_field(&h, "x-split", 7);
+  gw_headers_on_value(&h, "c", 1);
+  gw_headers_done(&h);
+  const char *got = gw_headers_get(&h, "X-SPLIT", &len, &count);
+  assert_int_equal(count, 2);
+  assert_int_equal(len, 2);
+  assert_memory_equal(got, "ab", 2);
+  gw_headers_free(&h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_methods),    cmocka_unit_test(test_key),
+      cmocka_unit_test(test_scope),      cmocka_unit_test(test_status),
+      cmocka_unit_test(test_hop_headers), cmocka_unit_test(test_problem),
+      cmocka_unit_test(test_tokens),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,198 @@
+/* test_http_request.c - client request parsing, limits and framing rules
+ * (src/http/reqparse.c), fed whole, split, and one byte at a time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http/config.c"
+#include "http/msg.c"
+#include "http/reqparse.c"
+
+static gw_config cfg;
+
+static int setup(void **state) {
+  (void)state;
+  gw_config_init(&cfg);
+  cfg.max_body = 64;
+  cfg.max_header = 1024;
+  http_parser_set_max_header_size((uint32_t)cfg.max_header + 1024);
+  return 0;
+}
+
+typedef struct {
+  gw_request *req[8];
+  int n;
+  int heads; /* GW_PARSE_HEAD seen */
+  gw_parse_result last;
+  int error_status;
+} outcome;
+
+/* Feed text in pieces of step bytes (0: whole), collecting requests. */
+static void run(const char *text, size_t len, size_t step, outcome *o) {
+  gw_reqparser rp;
+  gw_reqparser_init(&rp, &cfg);
+  memset(o, 0, sizeof *o);
+  size_t off = 0;
+  while (off < len) {
+    size_t chunk = step && step < len - off ? step : len - off;
+    size_t pos = 0;
+    while (pos < chunk) {
+      size_t used = 0;
+      gw_parse_result r = gw_reqparser_feed(&rp, text + off + pos, chunk - pos, &used);
+      o->last = r;
+      pos += used;
+      if (r == GW_PARSE_ERROR) {
+        o->error_status = rp.error_status;
+        gw_reqparser_free(&rp);
+        return;
+      }
+      if (r == GW_PARSE_HEAD)
+        o->heads++;
+      if (r == GW_PARSE_DONE && o->n < 8)
+        o->req[o->n++] = gw_reqparser_take(&rp);
+    }
+    off += chunk;
+  }
+  gw_reqparser_free(&rp);
+}
+
+static void release(outcome *o) {
+  for (int i = 0; i < o->n; i++) {
+    gw_request_free(o->req[i]);
+    free(o->req[i]);
+  }
+}
+
+#define S(lit) lit, sizeof(lit) - 1
+
+static void test_pipelined_in_order(void **state) {
+  (void)state;
+  static const char text[] =
+      "POST /a?x=1 HTTP/1.1\r\nHost: h\r\nIdempotency-Key: k1\r\nContent-Length: 3\r\n\r\nabc"
+      "GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
+      "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3;ext=1\r\nllo\r\n0\r\nX-Trailer: t\r\n\r\n";
+  size_t steps[] = {0, 1, 2, 7, 50};
+  for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+    outcome o;
+    run(S(text), steps[s], &o);
+    assert_int_equal(o.n, 3);
+    assert_string_equal(o.req[0]->method, "POST");
+    assert_string_equal(o.req[0]->target.p, "/a?x=1");
+    assert_int_equal(o.req[0]->body.len, 3);
+    assert_memory_equal(o.req[0]->body.p, "abc", 3);
+    size_t len = 0;
+    const char *k = gw_headers_get(&o.req[0]->headers, "idempotency-key", &len, NULL);
+    assert_non_null(k);
+    assert_int_equal(len, 2);
+    assert_true(o.req[0]->keep_alive);
+    assert_string_equal(o.req[1]->method, "GET");
+    assert_string_equal(o.req[1]->target.p, "/b");
+    assert_int_equal(o.req[1]->body.len, 0);
+    assert_int_equal(o.req[2]->body.len, 5);
+    assert_memory_equal(o.req[2]->body.p, "hello", 5);
+    release(&o);
+  }
+}
+
+static void expect_error(const char *text, size_t len, int status) {
+  size_t steps[] = {0, 1};
+  for (size_t s = 0; s < 2; s++) {
+    outcome o;
+    run(text, len, steps[s], &o);
+    if (o.last != GW_PARSE_ERROR || o.error_status != status)
+      fail_msg("want %d for %.*s (step %zu), got result %d status %d", status,
+               (int)len, text, steps[s], o.last, o.error_status);
+    release(&o);
+  }
+}
+
+static void test_ambiguous_framing(void **state) {
+  (void)state;
+  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\na"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"), 400);
+  expect_error(S("GARBAGE\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/2.0\r\n\r\n"), 400);
+  expect_error(S("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n"), 400);
+}
+
+static void test_limits(void **state) {
+  (void)state;
+  char big[2048];
+  int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX-Big: %01500d\r\n\r\n", 0);
+  expect_error(big, (size_t)n, 431);
+  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n"), 413);
+  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "30\r\n012345678901234567890123456789012345678901234567\r\n"
+                 "30\r\n012345678901234567890123456789012345678901234567\r\n0\r\n\r\n"),
+               413);
+  /* exactly the limit passes */
+  char ok[256];
+  n = snprintf(ok, sizeof ok, "POST / HTTP/1.1\r\nContent-Length: 64\r\n\r\n%064d", 7);
+  outcome o;
+  run(ok, (size_t)n, 0, &o);
+  assert_int_equal(o.n, 1);
+  assert_int_equal(o.req[0]->body.len, 64);
+  release(&o);
+}
+
+static void test_expect_continue_and_versions(void **state) {
+  (void)state;
+  static const char text[] =
+      "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi";
+  outcome o;
+  run(S(text), 0, &o);
+  assert_int_equal(o.heads, 1);
+  assert_int_equal(o.n, 1);
+  assert_true(o.req[0]->expect_continue);
+  assert_memory_equal(o.req[0]->body.p, "hi", 2);
+  release(&o);
+
+  run(S("GET / HTTP/1.0\r\n\r\n"), 0, &o);
+  assert_int_equal(o.n, 1);
+  assert_false(o.req[0]->keep_alive);
+  release(&o);
+  run(S("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0, &o);
+  assert_true(o.req[0]->keep_alive);
+  release(&o);
+  run(S("GET / HTTP/1.1\r\nConnection: close\r\n\r\n"), 0, &o);
+  assert_false(o.req[0]->keep_alive);
+  assert_int_equal(o.req[0]->http_minor, 1);
+  release(&o);
+  run(S("HEAD /h HTTP/1.1\r\n\r\n"), 0, &o);
+  assert_true(o.req[0]->is_head);
+  release(&o);
+}
+
+static void test_eof_and_partial(void **state) {
+  (void)state;
+  gw_reqparser rp;
+  gw_reqparser_init(&rp, &cfg);
+  size_t used = 0;
+  assert_int_equal(gw_reqparser_feed(&rp, S("POST / HTTP/1.1\r\nContent-Len"), &used), GW_PARSE_MORE);
+  assert_true(rp.started);
+  assert_int_equal(gw_reqparser_eof(&rp), GW_PARSE_MORE);
+  gw_reqparser_free(&rp);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pipelined_in_order),
+      cmocka_unit_test(test_ambiguous_framing),
+      cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_expect_continue_and_versions),
+      cmocka_unit_test(test_eof_and_partial),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}
