@@ -11,10 +11,11 @@
  *     ▲                          │ refused, error, connect timeout        │
  *     └──────────────────────────┴──────── lost, command timeout ◄────────┘
  *
- * Operations submitted before the first connection is up wait for it (a
- * store is usable as soon as it is opened); afterwards, while not UP, they
- * fail at once with IDEM_ESTORE: failing closed or open is the caller's
- * policy, and a fast answer is what it needs to apply it. A lost connection
+ * Operations submitted while a connection attempt is under way wait for
+ * its outcome, at most the connect timeout (so a store is usable as soon as
+ * it is opened); while DOWN, between attempts, they fail at once with
+ * IDEM_ESTORE: failing closed or open is the caller's policy, and a fast
+ * answer is what it needs to apply it. A lost connection
  * fails every operation in flight with IDEM_ESTORE (or IDEM_ETIMEDOUT for
  * the one that timed out): a transition whose reply was lost may or may not
  * have run, so it is never sent again. Reconnection backs off exponentially
@@ -52,14 +53,13 @@ typedef struct {
   const char *sha;
   redisAsyncContext *ac;
   rstate state;
-  int ever_up;          /* the first connection came up once */
   int closing;
   int handshake_left;   /* replies still awaited before UP */
   int64_t backoff_ms;
   uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
-  idem_req *wait_head, *wait_tail; /* submitted before the first connection */
+  idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
   cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
   size_t held;                     /* reqs not yet finished */
   char last_error[160];
@@ -514,7 +514,8 @@ static void list_after_scan(rstore *rs, list_ctx *l, const redisReply *r) {
     return;
   }
   /* SCAN may return a name twice: sort, then drop repeats */
-  qsort(l->c, l->n, sizeof *l->c, by_sk);
+  if (l->n > 1)
+    qsort(l->c, l->n, sizeof *l->c, by_sk);
   size_t w = 0;
   for (size_t i = 0; i < l->n; i++) {
     if (w > 0 && by_sk(&l->c[w - 1], &l->c[i]) == 0) {
@@ -760,7 +761,7 @@ static void schedule_reconnect(rstore *rs) {
 
 /* Give up this connection: every command in flight gets a NULL reply
  * (hiredis calls them back from redisAsyncFree), reqs still waiting for a
- * first connection fail, and a new attempt is scheduled. */
+ * connection fail, and a new attempt is scheduled. */
 static void conn_drop(rstore *rs, const char *why) {
   redisAsyncContext *ac = rs->ac;
   rs->ac = NULL;
@@ -816,7 +817,6 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   if (--rs->handshake_left > 0)
     return;
   rs->state = R_UP;
-  rs->ever_up = 1;
   rs->backoff_ms = BACKOFF_MIN_MS;
   uv_timer_stop(&rs->conn_timer);
   if (rs->last_error[0]) { /* quiet on a first connect, loud on a recovery */
@@ -908,9 +908,18 @@ static void maybe_teardown(rstore *rs) {
 static void redis_submit(idem_store *store, idem_req *req) {
   rstore *rs = store->impl;
   rs->held++;
+  if (rs->state == R_DOWN && uv_is_active((uv_handle_t *)&rs->conn_timer)) {
+    /* A caller that runs the loop only while it waits (idem_sync) would
+     * otherwise never see the backoff timer fire before its next submit. */
+    uv_update_time(rs->loop);
+    if (uv_timer_get_due_in(&rs->conn_timer) == 0) {
+      uv_timer_stop(&rs->conn_timer);
+      conn_start(rs);
+    }
+  }
   if (rs->state == R_UP) {
     start_any(rs, req);
-  } else if (rs->state == R_CONNECTING && !rs->ever_up) {
+  } else if (rs->state == R_CONNECTING) {
     req->next = NULL;
     if (rs->wait_tail)
       rs->wait_tail->next = req;
