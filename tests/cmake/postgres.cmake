@@ -24,3 +24,12 @@ foreach(t test_pg_tx_crash test_pg_outage test_pg_gateways)
       "IDEM_PG_EXAMPLE=$<TARGET_FILE:pg_exactly_once>")
   endif()
 endforeach()
+
+# tests/unit/test_pg_*.c need a server: they run themselves again under
+# with-postgres.sh when IDEM_TEST_PG_URI is unset.
+foreach(t test_pg_store)
+  if(TARGET ${t})
+    target_compile_definitions(${t} PRIVATE IDEM_TEST_SUPPORT="${SUPPORT}")
+    set_tests_properties(unit.${t} PROPERTIES LABELS "unit;postgres")
+  endif()
+endforeach()

@@ -1,0 +1,297 @@
+/*
+ * test_pg_store.c - what the PostgreSQL store does beyond the contract:
+ * schema checks and migrations, URI options, the in-transaction API, and a
+ * server stopped and started under load.
+ *
+ * Needs a server: without IDEM_TEST_PG_URI it runs itself again under
+ * tests/support/with-postgres.sh, which also hands it the scripts that stop
+ * and start that server.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <libpq-fe.h>
+
+#include "idem/idem.h"
+
+#ifndef IDEM_TEST_SUPPORT
+#define IDEM_TEST_SUPPORT "tests/support"
+#endif
+
+static const char *base_uri;
+static char uri_buf[4][512];
+
+/* base_uri in a database of its own, so schema tests start from nothing */
+static const char *database(const char *name, const char *params) {
+  static int next;
+  char *u = uri_buf[next++ % 4];
+  const char *slash = strrchr(base_uri, '/');
+  snprintf(u, 512, "%.*s/%s%s%s", (int)(slash - base_uri), base_uri, name,
+           params ? "?" : "", params ? params : "");
+  return u;
+}
+
+static void quiet(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+static void sql(const char *conninfo, const char *text) {
+  PGconn *pg = PQconnectdb(conninfo);
+  assert_int_equal(PQstatus(pg), CONNECTION_OK);
+  PQsetNoticeProcessor(pg, quiet, NULL);
+  PGresult *r = PQexec(pg, text);
+  if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+    fail_msg("%s: %s", text, PQerrorMessage(pg));
+  PQclear(r);
+  PQfinish(pg);
+}
+
+static void create_database(const char *name) {
+  char text[200];
+  snprintf(text, sizeof text, "DROP DATABASE IF EXISTS %s", name);
+  sql(base_uri, text);
+  snprintf(text, sizeof text, "CREATE DATABASE %s", name);
+  sql(base_uri, text);
+}
+
+static idem_op claim_op(const char *key) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = "t", .key = key, .lease_ms = 60000,
+                .ttl_ms = 3600000};
+  idem_fingerprint("POST", "/", "x", 1, 0, op.fingerprint);
+  return op;
+}
+
+/* ---- schema ------------------------------------------------------------ */
+
+static void missing_schema_is_refused_with_a_hint(void **state) {
+  (void)state;
+  create_database("idem_schema_test");
+  idem_sync *db = NULL;
+  char *msg = NULL;
+  assert_int_equal(idem_sync_open(database("idem_schema_test", NULL), &db, &msg), IDEM_ESCHEMA);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, "idem migrate"));
+  free(msg);
+  /* migrate=1 creates it on open */
+  assert_int_equal(idem_sync_open(database("idem_schema_test", "migrate=1"), &db, NULL), 0);
+  idem_sync_close(db);
+  assert_int_equal(idem_sync_open(database("idem_schema_test", NULL), &db, NULL), 0);
+  idem_sync_close(db);
+}
+
+static void migrate_is_idempotent_and_refuses_newer(void **state) {
+  (void)state;
+  create_database("idem_migrate_test");
+  PGconn *pg = PQconnectdb(database("idem_migrate_test", NULL));
+  assert_int_equal(PQstatus(pg), CONNECTION_OK);
+  int from = -1;
+  char *msg = NULL;
+  assert_int_equal(idem_pg_migrate(pg, &from, &msg), 0);
+  assert_int_equal(from, 0);
+  assert_int_equal(idem_pg_migrate(pg, &from, &msg), 0);
+  assert_int_equal(from, IDEM_PG_SCHEMA_VERSION);
+  /* a newer idem migrated this database: refuse rather than guess */
+  PQclear(PQexec(pg, "INSERT INTO idem_schema (version) VALUES (99)"));
+  assert_int_equal(idem_pg_migrate(pg, &from, &msg), IDEM_ESCHEMA);
+  assert_int_equal(from, 99);
+  assert_non_null(msg);
+  free(msg);
+  msg = NULL;
+  idem_sync *db = NULL;
+  assert_int_equal(idem_sync_open(database("idem_migrate_test", NULL), &db, &msg), IDEM_ESCHEMA);
+  assert_non_null(strstr(msg, "newer"));
+  free(msg);
+  PQfinish(pg);
+}
+
+static void uri_options_are_checked(void **state) {
+  (void)state;
+  idem_sync *db = NULL;
+  char *msg = NULL;
+  assert_int_equal(idem_sync_open(database("idem_test", "pool=0"), &db, &msg), IDEM_EURI);
+  free(msg);
+  msg = NULL;
+  assert_int_equal(idem_sync_open(database("idem_test", "migrate=maybe"), &db, &msg), IDEM_EURI);
+  free(msg);
+  msg = NULL;
+  /* libpq's own options pass through, ours are taken out */
+  assert_int_equal(
+      idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&migrate=1"), &db, &msg), 0);
+  idem_sync_close(db);
+  /* unreachable server: a clear IDEM_ESTORE */
+  assert_int_equal(idem_sync_open("postgres://127.0.0.1:1/x", &db, &msg), IDEM_ESTORE);
+  assert_non_null(msg);
+  free(msg);
+}
+
+/* ---- in-transaction API ------------------------------------------------- */
+
+static void rolled_back_claim_leaves_nothing(void **state) {
+  (void)state;
+  PGconn *pg = PQconnectdb(base_uri);
+  assert_int_equal(PQstatus(pg), CONNECTION_OK);
+  idem_op op = claim_op("tx-1");
+  idem_result res;
+  PQclear(PQexec(pg, "BEGIN"));
+  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  assert_int_equal(res.fence, 1);
+  PQclear(PQexec(pg, "ROLLBACK"));
+  idem_op get = {.kind = IDEM_OP_GET, .scope = "t", .key = "tx-1"};
+  assert_int_equal(idem_pg_run(pg, &get, &res), IDEM_ENOTFOUND);
+  /* committed: claim, complete, then a replay */
+  PQclear(PQexec(pg, "BEGIN"));
+  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
+  assert_int_equal(res.fence, 1);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "t", .key = "tx-1", .fence = 1,
+                  .ttl_ms = 60000, .response = {.status = 201, .body = "ok", .body_len = 2}};
+  assert_int_equal(idem_pg_run(pg, &done, &res), 0);
+  PQclear(PQexec(pg, "COMMIT"));
+  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+  assert_int_equal(res.record->response.status, 201);
+  assert_memory_equal(res.record->response.body, "ok", 2);
+  idem_result_clear(&res);
+  /* invalid input never reaches the server */
+  op.key = "";
+  assert_int_equal(idem_pg_run(pg, &op, &res), IDEM_EKEY);
+  PQfinish(pg);
+}
+
+/* ---- outage ------------------------------------------------------------- */
+
+typedef struct {
+  int done, ok, estore, other;
+} tally;
+
+static void count(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  tally *t = arg;
+  t->done++;
+  if (res->err == 0)
+    t->ok++;
+  else if (res->err == IDEM_ESTORE)
+    t->estore++;
+  else
+    t->other++;
+}
+
+static void on_closed(idem_store *store, void *arg) {
+  (void)store;
+  *(int *)arg = 1;
+}
+
+static void run_until(uv_loop_t *loop, int *flag, int target, int64_t deadline_ms) {
+  int64_t deadline = idem_now_ms() + deadline_ms;
+  while (*flag < target) {
+    assert_true(idem_now_ms() < deadline);
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+}
+
+static void server_stop_and_start_fails_fast_then_recovers(void **state) {
+  (void)state;
+  const char *stop = getenv("IDEM_TEST_PG_STOP"), *start = getenv("IDEM_TEST_PG_START");
+  if (!stop || !start)
+    skip();
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, database("idem_test", "pool=2"), &store, NULL), 0);
+  enum { N = 100 };
+  char keys[N][32];
+  tally before = {0};
+  for (int i = 0; i < N; i++) {
+    snprintf(keys[i], sizeof keys[i], "outage-%d", i);
+    idem_op op = claim_op(keys[i]);
+    assert_int_equal(idem_store_submit(store, &op, count, &before), 0);
+  }
+  run_until(&loop, &before.done, N, 10000);
+  assert_int_equal(before.ok, N);
+
+  /* load in flight while the server goes away */
+  tally during = {0};
+  for (int i = 0; i < N; i++) {
+    idem_op op = claim_op(keys[i]);
+    assert_int_equal(idem_store_submit(store, &op, count, &during), 0);
+  }
+  assert_int_equal(system(stop), 0);
+  run_until(&loop, &during.done, N, 10000); /* every one answered, none hangs */
+  assert_int_equal(during.other, 0);
+
+  /* down: every new operation fails at once */
+  tally down = {0};
+  int64_t t0 = idem_now_ms();
+  for (int i = 0; i < 10; i++) {
+    idem_op op = claim_op(keys[i]);
+    assert_int_equal(idem_store_submit(store, &op, count, &down), 0);
+  }
+  run_until(&loop, &down.done, 10, 5000);
+  assert_int_equal(down.estore, 10);
+  assert_true(idem_now_ms() - t0 < 2000);
+
+  /* back: the store reconnects by itself, and nothing acknowledged is lost */
+  assert_int_equal(system(start), 0);
+  int64_t deadline = idem_now_ms() + 15000;
+  tally after = {0};
+  for (;;) {
+    tally one = {0};
+    idem_op op = claim_op(keys[0]);
+    assert_int_equal(idem_store_submit(store, &op, count, &one), 0);
+    run_until(&loop, &one.done, 1, 5000);
+    if (one.ok) {
+      after.ok++;
+      break;
+    }
+    assert_true(idem_now_ms() < deadline);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(20 * 1000);
+  }
+  idem_result res;
+  idem_sync *db;
+  assert_int_equal(idem_sync_open(database("idem_test", NULL), &db, NULL), 0);
+  idem_op get = {.kind = IDEM_OP_GET, .scope = "t", .key = keys[N - 1]};
+  assert_int_equal(idem_sync_run(db, &get, &res), 0);
+  assert_int_equal(res.record->state, IDEM_STATE_PROCESSING);
+  assert_int_equal(res.record->fence, 1); /* never taken over: lease still on */
+  idem_result_clear(&res);
+  idem_sync_close(db);
+
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  base_uri = getenv("IDEM_TEST_PG_URI");
+  if (!base_uri) {
+    const char *script = IDEM_TEST_SUPPORT "/with-postgres.sh";
+    execl(script, script, argv[0], (char *)NULL);
+    perror(script);
+    return 1;
+  }
+  const char *migrated = database("idem_test", "migrate=1");
+  idem_sync *db;
+  if (idem_sync_open(migrated, &db, NULL) == 0)
+    idem_sync_close(db);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(missing_schema_is_refused_with_a_hint),
+      cmocka_unit_test(migrate_is_idempotent_and_refuses_newer),
+      cmocka_unit_test(uri_options_are_checked),
+      cmocka_unit_test(rolled_back_claim_leaves_nothing),
+      cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
