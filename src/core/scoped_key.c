@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "idem/idem.h"
+
 size_t idem_scoped_key_encode(const char *scope, const char *key, unsigned char *buf) {
   size_t scope_len = scope ? strlen(scope) : 0, key_len = strlen(key);
   buf[0] = (unsigned char)scope_len;
@@ -15,6 +17,9 @@ int idem_scoped_key_decode(const unsigned char *buf, size_t len, char *scope, ch
   if (len < 2 || (size_t)buf[0] + 1 >= len || len - 1 - buf[0] > 255)
     return -1;
   size_t scope_len = buf[0], key_len = len - 1 - scope_len;
+  /* refuse what would not encode back to the same bytes */
+  if (memchr(buf + 1, '\0', scope_len) || !idem_key_valid((const char *)buf + 1 + scope_len, key_len))
+    return -1;
   memcpy(scope, buf + 1, scope_len);
   scope[scope_len] = '\0';
   memcpy(key, buf + 1 + scope_len, key_len);
