@@ -90,7 +90,7 @@ EOF
 nginx_conf() { # nginx_conf NAME BODY-OF-HTTP-SERVER-BLOCKS
   mkdir -p "$TMP/$1"
   cat >"$TMP/$1/nginx.conf" <<EOF
-worker_processes 1;
+worker_processes auto;
 daemon off;
 pid $TMP/$1/nginx.pid;
 error_log $TMP/$1/error.log warn;
@@ -137,19 +137,33 @@ nginx_conf proxy "
 PIDS+=($!)
 wait_port "$PX_PORT" "${PIDS[-1]}" nginx-proxy
 
-start_idem() { # start_idem NAME STORE -> sets PORT
+start_idem() { # start_idem NAME STORE -> sets PORT, ADMIN
   local name=$1 store=$2
   PORT=$(free_port)
+  ADMIN=$(free_port)
   "$IDEM" serve --listen "127.0.0.1:$PORT" --upstream "http://127.0.0.1:$UP_PORT" \
-    --store "$store" 2>"$TMP/$name.stderr" &
+    --store "$store" --admin-listen "127.0.0.1:$ADMIN" 2>"$TMP/$name.stderr" &
   PIDS+=($!)
   wait_port "$PORT" "${PIDS[-1]}" "$name" || { cat "$TMP/$name.stderr" >&2; exit 1; }
+  wait_port "$ADMIN" "${PIDS[-1]}" "$name-admin" || { cat "$TMP/$name.stderr" >&2; exit 1; }
 }
 start_idem idem-memory memory:bench
-MEM_PORT=$PORT
+MEM_PORT=$PORT MEM_ADMIN=$ADMIN
 mkdir -p "$TMP/lmdb"
 start_idem idem-lmdb "lmdb:$TMP/lmdb/store"
-LMDB_PORT=$PORT
+LMDB_PORT=$PORT LMDB_ADMIN=$ADMIN
+
+# outcomes ADMIN-PORT: "executed replayed other" from idem_requests_total
+outcomes() {
+  python3 - "$1" <<'EOF'
+import re, sys, urllib.request
+t = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=10).read().decode()
+c = {m.group(1): float(m.group(2)) for m in
+     re.finditer(r'^idem_requests_total\{outcome="([a-z_]+)"\} (\S+)$', t, re.M)}
+ex, rp = c.get("executed", 0), c.get("replayed", 0)
+print("%d %d %d" % (ex, rp, sum(c.values()) - ex - rp))
+EOF
+}
 
 BODY='{"amount":100,"currency":"EUR"}'
 cat >"$TMP/bench.lua" <<EOF
@@ -210,21 +224,27 @@ populate "$LMDB_PORT"
 
 RESULTS=$TMP/results.txt
 : >"$RESULTS"
-run() { # run TARGET PORT MODE
-  local out
+run() { # run TARGET PORT MODE [ADMIN-PORT]
+  local out before="0 0 0" after="0 0 0"
+  [ -n "${4:-}" ] && before=$(outcomes "$4")
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout 10s -s "$TMP/bench.lua" \
         "http://127.0.0.1:$2/bench" -- "$3" "$1-$RANDOM" 2>&1) || {
     echo "wrk failed for $1 $3: $out" >&2; exit 1; }
   local line
   line=$(printf '%s\n' "$out" | grep '^RESULT ' | tail -1)
-  echo "$1 $3 ${line#RESULT }" | tee -a "$RESULTS"
+  local delta="- - -"
+  if [ -n "${4:-}" ]; then
+    after=$(outcomes "$4")
+    delta=$(python3 -c 'import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(" ".join(str(int(y)-int(x)) for x,y in zip(a,b)))' "$before" "$after")
+  fi
+  echo "$1 $3 ${line#RESULT } $delta" | tee -a "$RESULTS"
 }
-echo "target mode req/s p50_ms p99_ms non2xx sockerr requests"
+echo "target mode req/s p50_ms p99_ms non2xx sockerr requests executed replayed other"
 for mode in unique replay; do
   run upstream "$UP_PORT" "$mode"
   run nginx-proxy "$PX_PORT" "$mode"
-  run idem-memory "$MEM_PORT" "$mode"
-  run idem-lmdb "$LMDB_PORT" "$mode"
+  run idem-memory "$MEM_PORT" "$mode" "$MEM_ADMIN"
+  run idem-lmdb "$LMDB_PORT" "$mode" "$LMDB_ADMIN"
 done
 
 # every gateway must still be alive after the runs
@@ -260,16 +280,19 @@ L.append("| idem | %s (git %s) |" % (ver, rev or "?"))
 L.append("| nginx | %s |" % subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip())
 L.append("| wrk | %s threads, %s connections, %s per run, POST /bench, 31-byte JSON body |\n" % (thr, conns, dur))
 L.append("Command: `%s`\n" % cmd.strip())
-L.append("Upstream: nginx (1 worker) returning a fixed 200 JSON body to any method. "
-         "nginx-proxy: nginx (1 worker), `proxy_pass` with `keepalive 64`. "
-         "idem: `idem serve --store memory:bench` and `--store lmdb:DIR`, default flags. "
+L.append("Upstream: nginx (`worker_processes auto`, one per core) returning a fixed 200 JSON body to any method. "
+         "nginx-proxy: nginx (`worker_processes auto`), `proxy_pass` with `keepalive 64`. "
+         "idem: `idem serve --store memory:bench` and `--store lmdb:DIR`, default flags "
+         "(`--workers` defaults to one event loop per core, like nginx's `auto`). "
          "unique: a fresh `Idempotency-Key` per request (claim, forward, store). "
          "replay: keys from a set of 1000 completed before the run (answered from the store). "
-         "The upstream and nginx-proxy ignore the key, so their two rows measure the same work.\n")
+         "The upstream and nginx-proxy ignore the key, so their two rows measure the same work. "
+         "The last column is the change of idem's `idem_requests_total` by outcome over the run, "
+         "read from its admin listener (it also counts requests wrk cut off at the end).\n")
 for mode in ("unique", "replay"):
     L.append("## %s keys\n" % mode)
-    L.append("| target | req/s | p50 ms | p99 ms | non-2xx | socket errors | vs nginx-proxy req/s |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| target | req/s | p50 ms | p99 ms | non-2xx | socket errors | vs nginx-proxy req/s | idem executed / replayed / other |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = float(data[("nginx-proxy", mode)][2]) if ("nginx-proxy", mode) in data else None
     for t in ("upstream", "nginx-proxy", "idem-memory", "idem-lmdb"):
         r = data.get((t, mode))
@@ -277,7 +300,8 @@ for mode in ("unique", "replay"):
             continue
         rps = float(r[2])
         ratio = "%.2fx" % (rps / base) if base else "-"
-        L.append("| %s | %.0f | %.2f | %.2f | %s | %s | %s |" % (t, rps, float(r[3]), float(r[4]), r[5], r[6], ratio))
+        outc = " / ".join(r[8:11]) if len(r) > 10 and r[8] != "-" else "-"
+        L.append("| %s | %.0f | %.2f | %.2f | %s | %s | %s | %s |" % (t, rps, float(r[3]), float(r[4]), r[5], r[6], ratio, outc))
     L.append("")
 L.append("All servers and wrk share the same %d CPUs; on a shared machine the figures move "
          "with the neighbours' load, so compare rows of one run, not runs.\n" % os.cpu_count())
