@@ -19,6 +19,7 @@ BAD_KEYS = [
     ("trailing garbage after sf-string", b'"abc"x'),
     ("space inside bare token", b"abc def"),
     ("non-ASCII", "caf\u00e9".encode("utf-8")),
+    ("256 unquoted with an escape", b'"' + b"e" * 255 + b'\\\\' + b'"'),
 ]
 
 GOOD_KEYS = [
@@ -27,6 +28,8 @@ GOOD_KEYS = [
     ("sf-string with spaces", b'"order 42 for bob"', "order 42 for bob"),
     ("sf-string with escapes", b'"a\\"b\\\\c"', 'a"b\\c'),
     ("uuid", b"5f0c1c7e-0a7b-4a4e-9d7e-2f0f1b1e6c11", "5f0c1c7e-0a7b-4a4e-9d7e-2f0f1b1e6c11"),
+    # 257 bytes on the wire, 255 characters once unquoted
+    ("255 unquoted with an escape", b'"' + b"e" * 254 + b'\\"' + b'"', "e" * 254 + '"'),
 ]
 
 
@@ -82,6 +85,23 @@ class Keys(GatewayTestCase):
         r3 = self._raw(gw, "POST", b"  same-key  ")
         self.assertTrue(r3.replayed, r3)
         self.assertEqual(self.up.total(), 1)
+
+    def test_keys_are_case_sensitive(self):
+        gw = self.start_gateway(self.up)
+        self.assertEqual(self._raw(gw, "POST", b"Order-A").status, 200, self.gw_log())
+        r = self._raw(gw, "POST", b"order-a")
+        self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.total(), 2)
+
+    def test_header_name_is_case_insensitive(self):
+        gw = self.start_gateway(self.up)
+        for name in ("idempotency-key", "IDEMPOTENCY-KEY"):
+            with RawConn(gw.port) as c:
+                c.send(request_bytes("POST", "/k", b"x", headers=[("X-Test-Id", "ci"), (name, "ci")]))
+                r = c.read_response()
+                self.assertEqual(r.status, 200, self.gw_log())
+                self.assertEqual(r.replayed, name == "IDEMPOTENCY-KEY", (name, r))
+        self.assertEqual(self.up.count("ci"), 1)
 
     def test_require_key(self):
         gw = self.start_gateway(self.up, "--require-key")

@@ -108,6 +108,30 @@ class PassThrough(GatewayTestCase):
             self.assertEqual(r.status, 200, self.gw_log())
             self.assertTrue(c.closed(5), "connection kept open after Connection: close")
 
+    def test_http10_client(self):
+        gw = self.start_gateway(self.up)
+        for key in (None, "h10"):
+            with RawConn(gw.port) as c:
+                hk = ("Idempotency-Key: %s\r\n" % key).encode() if key else b""
+                c.send(b"POST /h10 HTTP/1.0\r\nHost: x\r\nX-Test-Id: h10\r\n" + hk +
+                       b"Content-Length: 3\r\n\r\nabc")
+                r = c.read_response()
+                self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+                self.assertEqual(r.json()["body_sha256"],
+                                 hashlib.sha256(b"abc").hexdigest())
+                self.assertTrue(c.closed(5), "HTTP/1.0 connection kept open without keep-alive")
+
+    def test_upstream_connection_close_is_honoured(self):
+        gw = self.start_gateway(self.up)
+        for i in range(4):
+            r = gw.request("POST", "/uc", body=b"x", key="uc%d" % i,
+                           headers={"X-Test-Set-Header": "Connection: close"})
+            self.assertEqual(r.status, 200, "request %d after upstream Connection: close: %r\n%s"
+                             % (i, r, self.gw_log()))
+            self.assertNotEqual((r.header("Connection") or "").lower(), "close",
+                                "hop-by-hop Connection header leaked to the client")
+        self.assertEqual(self.up.connections(), 4)
+
     def test_expect_100_continue(self):
         # curl sends Expect: 100-continue for large bodies; RFC 9110 wants an
         # immediate 100 (or a final answer), not a wait for the body.

@@ -5,7 +5,8 @@ release the key; the fence reaches the upstream; retention (--ttl)."""
 
 import time
 
-from harness import GatewayTestCase, main, wait_for
+from harness import GatewayTestCase, RawConn, main, request_bytes, wait_for
+from upstream import body_bytes
 
 STORED = (200, 201, 302, 400, 404, 422)
 RELEASED = (408, 409, 425, 429, 500, 503)
@@ -130,6 +131,78 @@ class Replay(GatewayTestCase):
             self.assertTrue(r4.replayed, r4)
             self.assertEqual(r4.body, r3.body)
             self.assertEqual(self.up.count(k), 3)
+
+    def test_large_binary_body_replays_exactly(self):
+        gw = self.start_gateway(self.up)
+        size = 2 * 1024 * 1024 + 7
+        want = body_bytes("big", 1, size)
+        for key, extra in (("big", {}), ("bigc", {"X-Test-Chunked": "1"})):
+            h = dict(extra, **{"X-Test-Body-Bytes": str(size), "X-Test-Id": "big"})
+            want_key = body_bytes("big", self.up.count("big") + 1, size)
+            r1 = gw.request("POST", "/big", body=b"x", key=key, headers=h)
+            self.assertEqual(r1.status, 200, self.gw_log())
+            self.assertEqual(len(r1.body), size)
+            self.assertTrue(r1.body == want_key, "first answer corrupted (%s)" % key)
+            r2 = gw.request("POST", "/big", body=b"x", key=key, headers=h)
+            self.assertTrue(r2.replayed, r2)
+            self.assertEqual(len(r2.body), size)
+            self.assertTrue(r2.body == want_key, "replayed body differs (%s)" % key)
+        self.assertEqual(self.up.count("big"), 2)
+        self.assertEqual(want, body_bytes("big", 1, size))
+
+    def test_204_replays_without_body(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            for i in range(2):
+                c.send(request_bytes("POST", "/nc", b"x", key="nc", headers={"X-Test-Status": "204"}))
+                r = c.read_response()
+                self.assertEqual(r.status, 204, "%r\n%s" % (r, self.gw_log()))
+                self.assertEqual(r.body, b"")
+                self.assertEqual(r.replayed, i == 1, r)
+            # the connection is still in sync: no stray body bytes after a 204
+            c.send(request_bytes("GET", "/after", headers={"X-Test-Id": "after"}))
+            self.assertEqual(c.read_response().json()["target"], "/after")
+        self.assertEqual(self.up.count("nc"), 1)
+
+    def test_repeated_headers_replay_in_order(self):
+        gw = self.start_gateway(self.up)
+        h = [("X-Test-Set-Header", "Set-Cookie: a=1; Path=/"),
+             ("X-Test-Set-Header", "Set-Cookie: b=2; Path=/"),
+             ("X-Test-Set-Header", "X-Multi: first"),
+             ("X-Test-Set-Header", "X-Multi: second")]
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/rh", b"x", key="rh", headers=h))
+            r1 = c.read_response()
+            c.send(request_bytes("POST", "/rh", b"x", key="rh", headers=h))
+            r2 = c.read_response()
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        for r in (r1, r2):
+            self.assertEqual(r.headers_all("Set-Cookie"), ["a=1; Path=/", "b=2; Path=/"], r)
+            self.assertEqual(r.headers_all("X-Multi"), ["first", "second"], r)
+        self.assertEqual(len(r2.headers_all("Idempotent-Replayed")), 1, r2)
+
+    def test_empty_body_post_replays(self):
+        gw = self.start_gateway(self.up)
+        r1 = gw.request("POST", "/e", body=b"", key="empty")
+        r2 = gw.request("POST", "/e", body=b"", key="empty")
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        self.assertProblem(gw.request("POST", "/e", body=b"x", key="empty"), 422)
+        self.assertEqual(self.up.count("empty"), 1)
+
+    def test_close_delimited_upstream_response_is_stored(self):
+        gw = self.start_gateway(self.up)
+        h = {"X-Test-Close-Delimited": "1"}
+        r1 = gw.request("POST", "/cd", body=b"x", key="cd", headers=h)
+        self.assertEqual(r1.status, 200, "%r\n%s" % (r1, self.gw_log()))
+        self.assertEqual(r1.json()["exec"], 1)
+        r2 = gw.request("POST", "/cd", body=b"x", key="cd", headers=h)
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r1.body)
+        self.assertEqual(self.up.count("cd"), 1)
+        # and the next request on a new upstream connection works
+        self.assertEqual(gw.request("POST", "/cd", body=b"x", key="cd2").status, 200)
 
     def test_fence_reaches_upstream(self):
         gw = self.start_gateway(self.up)

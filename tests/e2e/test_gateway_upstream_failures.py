@@ -81,6 +81,37 @@ class UpstreamFailures(GatewayTestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(up.fences("clt"), ["1", "2"])
 
+    def test_late_answer_after_takeover_is_not_stored(self):
+        # A zombie: the first execution outlives its lease, a retry takes over
+        # (fence 2) and completes; the first one's late answer must not
+        # overwrite the record (its fence is stale).
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--lock-ttl", "1s", "--upstream-timeout", "20s")
+        import threading
+        res = {}
+
+        def first():
+            res["a"] = gw.request("POST", "/z", body=b"x", key="zombie",
+                                  headers={"X-Test-Delay-Ms": "3000"})
+        t = threading.Thread(target=first, daemon=True)
+        t.start()
+        self.assertEqual(up.wait_count("zombie", 1), 1, self.gw_log())
+
+        def taken_over():
+            rr = gw.request("POST", "/z", body=b"x", key="zombie")
+            return rr if rr.status != 409 else None
+        b = wait_for(taken_over, 15, 0.05, "takeover after --lock-ttl 1s")
+        self.assertEqual(b.status, 200, "%r\n%s" % (b, self.gw_log()))
+        self.assertEqual(b.json()["exec"], 2)
+        t.join(30)
+        self.assertIn("a", res, "first client got no answer")
+        self.assertEqual(up.fences("zombie"), ["1", "2"])
+        for _ in range(2):
+            c = gw.request("POST", "/z", body=b"x", key="zombie")
+            self.assertTrue(c.replayed, c)
+            self.assertEqual(c.body, b.body, "record overwritten by the stale execution")
+        self.assertEqual(up.count("zombie"), 2)
+
     def test_upstream_5xx_passes_through_without_key(self):
         up = self.start_upstream()
         gw = self.start_gateway(up)

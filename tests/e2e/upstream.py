@@ -10,6 +10,11 @@ carried it. Behaviour is chosen per request by headers:
     X-Test-Close: 1           read the request, then close without answering
     X-Test-Hang: 1            read the request, never answer (until stop())
     X-Test-Chunked: 1         send the response body chunked
+    X-Test-Close-Delimited: 1 no Content-Length: the body ends when the
+                              upstream closes the connection
+    X-Test-Body-Bytes: N      answer with N pseudo-random bytes (all byte
+                              values; a function of id and execution number)
+                              instead of the JSON body
     X-Test-Set-Header: N: V   add a response header (may be repeated)
     X-Test-Id: ID             count this request under ID instead of its key
 
@@ -35,6 +40,7 @@ GET /_count is answered in both modes and is never counted.
 
 import hashlib
 import json
+import random
 import socket
 import sys
 import threading
@@ -152,15 +158,21 @@ class _Handler(BaseHTTPRequestHandler):
             "fence": fence, "body_len": len(body),
             "body_sha256": hashlib.sha256(body).hexdigest(),
         }, sort_keys=True).encode() + b"\n"
-        extra = [("Content-Type", "application/json"), ("X-Upstream-Exec", str(n))]
+        nbytes = h.get("X-Test-Body-Bytes")
+        ctype = "application/json"
+        if nbytes is not None:
+            payload = body_bytes(rid, n, int(nbytes))
+            ctype = "application/octet-stream"
+        extra = [("Content-Type", ctype), ("X-Upstream-Exec", str(n))]
         if status in (201, 301, 302, 303, 307, 308):
             extra.append(("Location", "/things/%s/%d" % (urllib.parse.quote(rid, safe=""), n)))
         for v in h.get_all("X-Test-Set-Header") or []:
             name, _, val = v.partition(":")
             extra.append((name.strip(), val.strip()))
-        self._send(status, payload, extra, chunked=bool(h.get("X-Test-Chunked")))
+        self._send(status, payload, extra, chunked=bool(h.get("X-Test-Chunked")),
+                   close_delimited=bool(h.get("X-Test-Close-Delimited")))
 
-    def _send(self, status, payload, headers, chunked=False):
+    def _send(self, status, payload, headers, chunked=False, close_delimited=False):
         no_body = status in (204, 304) or 100 <= status < 200 or self.command == "HEAD"
         self.send_response(status)
         for k, v in headers:
@@ -169,6 +181,13 @@ class _Handler(BaseHTTPRequestHandler):
             if status != 204 and status != 304:
                 self.send_header("Content-Length", "0")
             self.end_headers()
+        elif close_delimited:
+            self.end_headers()
+            self.wfile.write(payload)
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_WR)
+            return
         elif chunked:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
@@ -189,6 +208,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle()
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_GET
+
+
+def body_bytes(rid, n, size):
+    """The body X-Test-Body-Bytes answers: deterministic per (id, exec)."""
+    return random.Random("%s/%d" % (rid, n)).randbytes(size)
 
 
 class Upstream:
