@@ -1,0 +1,104 @@
+"""idem keys get|delete|list and idem gc on an lmdb: store that a gateway
+filled: JSON output that parses, exit codes (0 ok, 1 failed, 2 usage), clear
+errors for a path that is not a store. The store is read while the gateway
+still runs (LMDB is shared between processes) and after it stopped."""
+
+import json
+import os
+
+from harness import GatewayTestCase, main, run_idem
+
+
+class KeysAndGc(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+        self.dir = self.tempdir()
+        self.store = "lmdb:%s/store" % self.dir
+        self.gw = self.start_gateway(self.up, "--scope-header", "X-Tenant", store=self.store)
+        for i in range(5):
+            r = self.gw.request("POST", "/k", body=b"%d" % i, key="key-%d" % i,
+                                headers={"X-Test-Status": "201"})
+            self.assertEqual(r.status, 201, self.gw_log())
+        r = self.gw.request("POST", "/k", body=b"t", key="key-0", headers={"X-Tenant": "acme"})
+        self.assertEqual(r.status, 200, self.gw_log())
+
+    def keys(self, *args):
+        return run_idem(["keys"] + list(args) + ["--store", self.store])
+
+    def test_list_prints_one_json_record_per_line(self):
+        code, out, err = self.keys("list")
+        self.assertEqual(code, 0, err)
+        recs = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(recs), 6, out)
+        plain = [r for r in recs if r["scope"] == ""]
+        self.assertEqual([r["key"] for r in plain], ["key-%d" % i for i in range(5)])
+        self.assertEqual(len({r["scope"] for r in recs}), 2)
+        for r in recs:
+            self.assertEqual(r["state"], "completed")
+            self.assertEqual(r["fence"], 1)
+            self.assertIsInstance(r["created_at_ms"], int)
+            self.assertTrue(r["expires_at"].endswith("Z"), r)
+            self.assertGreater(r["expires_at_ms"], r["updated_at_ms"])
+            self.assertIsNone(r["locked_until"])
+        self.assertEqual(plain[0]["response"]["status"], 201)
+        self.assertGreater(plain[0]["response"]["body_bytes"], 0)
+        # paging within a scope: after a key, at most N
+        code, out, err = self.keys("list", "key-1", "--scope", "", "--limit", "2")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([json.loads(l)["key"] for l in out.splitlines()], ["key-2", "key-3"])
+
+    def test_get_and_delete(self):
+        code, out, err = self.keys("get", "key-2")
+        self.assertEqual(code, 0, err)
+        rec = json.loads(out)
+        self.assertEqual((rec["key"], rec["state"], rec["response"]["status"]),
+                         ("key-2", "completed", 201))
+        code, out, err = self.keys("delete", "key-2")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out), {"scope": "", "key": "key-2", "deleted": 1})
+        code, out, err = self.keys("get", "key-2")
+        self.assertEqual(code, 1)
+        self.assertIn("no such record", err)
+        code, out, err = self.keys("delete", "key-2")
+        self.assertEqual(code, 1)
+        # the gateway sees the deletion: the key runs again
+        r = self.gw.request("POST", "/k", body=b"2", key="key-2")
+        self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("key-2"), 2)
+
+    def test_gc_after_the_gateway_stopped(self):
+        self.assertEqual(self.gw.stop(), 0, self.gw_log())
+        code, out, err = run_idem(["gc", "--store", self.store])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out), {"deleted": 0})  # nothing has expired
+        code, out, err = run_idem(["gc", "--store", self.store, "--limit", "5"])
+        self.assertEqual(code, 0, err)
+
+    def test_usage_errors_exit_2(self):
+        for args in (["keys"], ["keys", "frob"], ["keys", "get"], ["keys", "get", "a b\x01"],
+                     ["keys", "list", "--limit", "x"], ["keys", "list", "--store"],
+                     ["keys", "get", "k", "--bogus"], ["gc", "--limit", "0"], ["gc", "extra"]):
+            code, out, err = run_idem(args)
+            self.assertEqual(code, 2, (args, out, err))
+            self.assertIn("--help", err)
+        code, out, err = run_idem(["keys", "--help"])
+        self.assertEqual(code, 0)
+        self.assertIn("idem keys list", out)
+
+    def test_bad_stores_are_clear_errors(self):
+        f = os.path.join(self.dir, "file")
+        with open(f, "w") as fh:
+            fh.write("not a store\n")
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:" + f])
+        self.assertEqual(code, 1)
+        self.assertIn("not an idem store", err)
+        code, out, err = run_idem(["gc", "--store", "lmdb:%s/a/b/c" % self.dir])
+        self.assertEqual(code, 1)
+        self.assertIn("No such file or directory", err)
+        code, out, err = run_idem(["keys", "list", "--store", self.store + "?colour=red"])
+        self.assertEqual(code, 1)
+        self.assertIn("unknown option 'colour'", err)
+
+
+if __name__ == "__main__":
+    main()
