@@ -1,0 +1,130 @@
+"""test_pg_gateways.py - idem serve on PostgreSQL: the schema gate at start,
+and three gateways on one database executing each key once.
+
+Runs itself under tests/support/with-postgres.sh when IDEM_TEST_PG_URI is
+unset (a throwaway server in a temp dir).
+"""
+
+import os
+import subprocess
+import sys
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+
+def under_postgres():
+    if os.environ.get("IDEM_TEST_PG_URI"):
+        return
+    support = os.environ.get("IDEM_SUPPORT", os.path.join(SRC, "tests", "support"))
+    script = os.path.join(support, "with-postgres.sh")
+    os.execv(script, [script, sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:])
+
+
+if __name__ == "__main__":
+    under_postgres()
+
+from harness import GatewayTestCase, main, run_idem  # noqa: E402
+
+
+def psql(sql, uri=None):
+    out = subprocess.run(
+        [os.path.join(os.environ["IDEM_TEST_PG_BIN"], "psql"), "-X", "-q", "-tA",
+         "-v", "ON_ERROR_STOP=1", "-d", uri or os.environ["IDEM_TEST_PG_URI"], "-c", sql],
+        check=True, capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def fresh_database(name):
+    psql("DROP DATABASE IF EXISTS %s" % name)
+    psql("CREATE DATABASE %s" % name)
+    base = os.environ["IDEM_TEST_PG_URI"]
+    return base[:base.rindex("/") + 1] + name
+
+
+class PostgresGateways(GatewayTestCase):
+
+    def test_missing_schema_refuses_to_start_until_migrated(self):
+        uri = fresh_database("idem_gate")
+        up = self.start_upstream()
+        gw = self.start_gateway(up, store=uri, start=False)
+        with self.assertRaises(RuntimeError) as cm:
+            gw.start()
+        self.assertIn("idem migrate", str(cm.exception))
+        rc, out, err = run_idem(["migrate", "--store", uri])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("schema created", out)
+        rc, out, err = run_idem(["migrate", "--store", uri, "--check"])
+        self.assertEqual(rc, 0, err)
+        gw.start()
+        resp = gw.request("POST", "/pay", body=b"{}", key="after-migrate")
+        self.assertEqual(resp.status, 200, self.gw_log())
+
+    def test_older_schema_is_refused_too(self):
+        uri = fresh_database("idem_old")
+        self.assertEqual(run_idem(["migrate", "--store", uri])[0], 0)
+        psql("DELETE FROM idem_schema", uri)  # as if migrated by nothing yet
+        self.assertEqual(run_idem(["migrate", "--store", uri, "--check"])[0], 1)
+        gw = self.start_gateway(self.start_upstream(), store=uri, start=False)
+        with self.assertRaises(RuntimeError) as cm:
+            gw.start()
+        self.assertIn("idem migrate", str(cm.exception))
+        # told to migrate: migrate=1 in the URI
+        gw.store = uri + "?migrate=1"
+        gw.start()
+
+    def test_three_gateways_execute_each_key_once(self):
+        uri = fresh_database("idem_three")
+        up = self.start_upstream()
+        # all three migrate on start, at once: the advisory lock serializes them
+        gws = [self.start_gateway(up, "--wait", "10s", store=uri + "?migrate=1", start=False)
+               for _ in range(3)]
+        starters = [threading.Thread(target=g.start) for g in gws]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        for g in gws:
+            self.assertTrue(g.alive(), self.gw_log())
+
+        keys = ["order-%d" % i for i in range(20)]
+        results = []
+        lock = threading.Lock()
+
+        def send(gw, key):
+            # a slow upstream, so the duplicates overlap the first
+            r = gw.request("POST", "/orders", body=b'{"n":1}', key=key,
+                           headers={"X-Test-Delay-Ms": "150"})
+            with lock:
+                results.append((key, r))
+
+        threads = [threading.Thread(target=send, args=(g, k))
+                   for k in keys for g in gws for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+        self.assertEqual(len(results), len(threads))
+        for key in keys:
+            self.assertEqual(up.count(key), 1, "key %s executed %d times\n%s"
+                             % (key, up.count(key), self.gw_log()))
+        execs = {}
+        for key, r in results:
+            self.assertEqual(r.status, 200, "%s: %r\n%s" % (key, r, self.gw_log()))
+            execs.setdefault(key, set()).add(r.json()["exec"])
+        for key, seen in execs.items():
+            self.assertEqual(seen, {1}, key)  # everyone got the one execution
+        # and every gateway replays it afterwards
+        for g in gws:
+            r = g.request("POST", "/orders", body=b'{"n":1}', key=keys[0])
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.replayed, repr(r))
+        self.assertEqual(int(psql("SELECT count(*) FROM idem_records WHERE state = 2", uri)),
+                         len(keys))
+
+
+if __name__ == "__main__":
+    main()
