@@ -253,18 +253,21 @@ static void *writer_main(void *arg) {
 
   pthread_mutex_lock(&e->lock);
   for (;;) {
-    if (interval && !sweeping && mono_ms() >= next_sweep)
+    if (interval && !sweeping && mono_ms() >= next_sweep) {
       sweeping = 1;
+      /* reader slots of processes killed mid-read (an `idem keys` under
+       * kill -9) pin old pages and make the file grow: free them */
+      int dead;
+      mdb_reader_check(e->env, &dead);
+    }
     while (!e->queue_head && !e->gc_head && !sweeping && !e->stopping) {
       e->wake_at = 1;
       if (!interval) {
         pthread_cond_wait(&e->wake, &e->lock);
         continue;
       }
-      if (mono_ms() >= next_sweep) {
-        sweeping = 1;
-        break;
-      }
+      if (mono_ms() >= next_sweep)
+        break; /* the sweep is due: the top of the loop starts it */
       wait_until_us(e, next_sweep * 1000);
     }
     if (e->stopping && !e->queue_head)
