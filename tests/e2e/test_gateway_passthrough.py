@@ -108,6 +108,19 @@ class PassThrough(GatewayTestCase):
             self.assertEqual(r.status, 200, self.gw_log())
             self.assertTrue(c.closed(5), "connection kept open after Connection: close")
 
+    def test_head_response_has_no_body(self):
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            c.send(b"HEAD /hd HTTP/1.1\r\nHost: x\r\nX-Test-Id: hd\r\n\r\n")
+            r = c.read_response(head=True, timeout=5)
+            self.assertEqual(r.status, 200, self.gw_log())
+            self.assertNotEqual(r.header("Content-Length"), "0", r)
+            # the connection is in sync: the next answer is the next request's
+            c.send(request_bytes("GET", "/after-head", headers={"X-Test-Id": "ah"}))
+            r2 = c.read_response(timeout=5)
+            self.assertEqual(r2.json()["target"], "/after-head")
+        self.assertEqual(self.up.count("hd"), 1)
+
     def test_http10_client(self):
         gw = self.start_gateway(self.up)
         for key in (None, "h10"):

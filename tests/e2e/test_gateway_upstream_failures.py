@@ -81,6 +81,49 @@ class UpstreamFailures(GatewayTestCase):
         self.assertEqual(r.status, 200)
         self.assertEqual(up.fences("clt"), ["1", "2"])
 
+    def _sent_no_valid_answer(self, header):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--lock-ttl", "30s")
+        key = "bad-" + header
+        r = gw.request("POST", "/bad", body=b"x", key=key, headers={header: "1"})
+        self.assertProblem(r, 502, "%s\n%s" % (header, self.gw_log()))
+        self.assertEqual(up.count(key), 1, "%s: POST re-sent to the upstream" % header)
+        r = gw.request("POST", "/bad", body=b"x", key=key)
+        self.assertProblem(r, 409, "%s: retry after a sent request with no valid answer" % header)
+        self.assertFalse(r.replayed)
+        self.assertEqual(up.count(key), 1)
+        self.assertEqual(gw.request("POST", "/bad", body=b"x", key="fine").status, 200)
+
+    def test_upstream_garbage_answer_502_lease_kept(self):
+        self._sent_no_valid_answer("X-Test-Garbage")
+
+    def test_upstream_reset_502_lease_kept(self):
+        self._sent_no_valid_answer("X-Test-Reset")
+
+    def test_upstream_truncated_body_502_not_stored(self):
+        # half a body must never become the stored answer
+        self._sent_no_valid_answer("X-Test-Truncate")
+
+    def test_client_gone_mid_flight_result_still_stored(self):
+        # The client gives up while the upstream runs; the upstream did run,
+        # so its answer is stored and the client's retry replays it.
+        from harness import RawConn, request_bytes
+        up = self.start_upstream()
+        gw = self.start_gateway(up)
+        c = RawConn(gw.port)
+        c.send(request_bytes("POST", "/gone", b"x", key="gone", headers={"X-Test-Delay-Ms": "800"}))
+        self.assertEqual(up.wait_count("gone", 1), 1, self.gw_log())
+        c.close()
+
+        def settled():
+            rr = gw.request("POST", "/gone", body=b"x", key="gone")
+            return rr if rr.status != 409 else None
+        r = wait_for(settled, 15, 0.1, "the abandoned request to finish")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertTrue(r.replayed, "upstream ran again after the client went away: %r" % r)
+        self.assertEqual(r.json()["exec"], 1)
+        self.assertEqual(up.count("gone"), 1)
+
     def test_late_answer_after_takeover_is_not_stored(self):
         # A zombie: the first execution outlives its lease, a retry takes over
         # (fence 2) and completes; the first one's late answer must not

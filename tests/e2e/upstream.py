@@ -16,6 +16,9 @@ carried it. Behaviour is chosen per request by headers:
                               values; a function of id and execution number)
                               instead of the JSON body
     X-Test-Set-Header: N: V   add a response header (may be repeated)
+    X-Test-Garbage: 1         answer with bytes that are not HTTP, then close
+    X-Test-Reset: 1           read the request, then reset the connection (RST)
+    X-Test-Truncate: 1        send the head and half the body, then close
     X-Test-Id: ID             count this request under ID instead of its key
 
 An execution is counted when the request has been read, before any delay,
@@ -41,6 +44,7 @@ GET /_count is answered in both modes and is never counted.
 import hashlib
 import json
 import random
+import struct
 import socket
 import sys
 import threading
@@ -148,6 +152,17 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
+        if h.get("X-Test-Garbage"):
+            self.close_connection = True
+            self.wfile.write(b"THIS IS NOT HTTP AT ALL\r\n\r\n")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            return
+        if h.get("X-Test-Reset"):
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            return
         if h.get("X-Test-Hang"):
             owner._stopping.wait(300)
             self.close_connection = True
@@ -169,15 +184,29 @@ class _Handler(BaseHTTPRequestHandler):
         for v in h.get_all("X-Test-Set-Header") or []:
             name, _, val = v.partition(":")
             extra.append((name.strip(), val.strip()))
+        if h.get("X-Test-Truncate"):
+            self.close_connection = True
+            self.send_response(status)
+            for k, v in extra:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload[:len(payload) // 2])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            return
         self._send(status, payload, extra, chunked=bool(h.get("X-Test-Chunked")),
                    close_delimited=bool(h.get("X-Test-Close-Delimited")))
 
     def _send(self, status, payload, headers, chunked=False, close_delimited=False):
-        no_body = status in (204, 304) or 100 <= status < 200 or self.command == "HEAD"
+        no_body = status in (204, 304) or 100 <= status < 200
         self.send_response(status)
         for k, v in headers:
             self.send_header(k, v)
-        if no_body:
+        if self.command == "HEAD":  # the length a GET would have, no body
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+        elif no_body:
             if status != 204 and status != 304:
                 self.send_header("Content-Length", "0")
             self.end_headers()
