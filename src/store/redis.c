@@ -120,7 +120,11 @@ typedef struct {
 
 static void uvev_poll(uv_poll_t *handle, int status, int events) {
   uvev *p = handle->data;
-  int ev = status < 0 ? p->events : events;
+  int ev = events;
+  if (status < 0) {
+    ev = p->events;
+    p->events = 0; /* libuv stopped the handle: the next add starts it again */
+  }
   if (p->ac != NULL && (ev & UV_READABLE))
     redisAsyncHandleRead(p->ac);
   if (p->ac != NULL && (ev & UV_WRITABLE))
@@ -128,7 +132,10 @@ static void uvev_poll(uv_poll_t *handle, int status, int events) {
 }
 
 static void uvev_update(uvev *p, int add, int del) {
-  p->events = (p->events | add) & ~del;
+  int events = (p->events | add) & ~del;
+  if (events == p->events)
+    return; /* hiredis asks for writes once per command: no churn */
+  p->events = events;
   if (p->events)
     uv_poll_start(&p->handle, p->events, uvev_poll);
   else

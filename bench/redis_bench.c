@@ -1,0 +1,190 @@
+/*
+ * redis_bench.c - claim+complete throughput of the Redis store.
+ *
+ *   redis_bench URI [THREADS] [IN_FLIGHT] [SECONDS]
+ *       THREADS loops, each with its own store handle (one connection),
+ *       keep IN_FLIGHT claim+complete pairs in flight, each on a fresh key,
+ *       for SECONDS. Prints one line of key=value figures: pairs and script
+ *       calls per second, and the latency of a pair (p50, p99).
+ *   redis_bench script
+ *       prints the Lua script the store runs (for redis-cli SCRIPT LOAD), so
+ *       that bench/redis_bench.sh can time the same script with
+ *       redis-benchmark.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "idem/idem.h"
+#include "store/redis.h"
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+typedef struct worker worker;
+
+typedef struct {
+  worker *w;
+  char key[64];
+  int64_t started;
+} pair;
+
+struct worker {
+  const char *uri;
+  int id, in_flight;
+  int64_t end_ns;
+  uv_loop_t loop;
+  idem_store *store;
+  pair *pairs;
+  uint64_t seq, done, errors, outstanding;
+  int64_t *lat; /* pair latencies, microseconds */
+  size_t nlat, cap;
+  int stopping;
+};
+
+static const char body[] = "{\"ok\":true,\"id\":\"bench\"}";
+
+static void start_pair(pair *p);
+
+static void on_complete(idem_store *s, const idem_result *res, void *arg) {
+  (void)s;
+  pair *p = arg;
+  worker *w = p->w;
+  w->outstanding--;
+  if (res->err) {
+    w->errors++;
+  } else {
+    w->done++;
+    if (w->nlat == w->cap) {
+      w->cap = w->cap ? w->cap * 2 : 65536;
+      w->lat = realloc(w->lat, w->cap * sizeof *w->lat);
+      if (!w->lat)
+        abort();
+    }
+    w->lat[w->nlat++] = (mono_ns() - p->started) / 1000;
+  }
+  start_pair(p);
+}
+
+static void on_claim(idem_store *s, const idem_result *res, void *arg) {
+  pair *p = arg;
+  worker *w = p->w;
+  if (res->err || res->outcome != IDEM_CLAIMED) {
+    w->errors++;
+    w->outstanding--;
+    start_pair(p);
+    return;
+  }
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .key = p->key, .fence = res->fence,
+                .ttl_ms = 3600 * 1000,
+                .response = {.status = 200, .headers = "Content-Type: application/json\r\n",
+                             .headers_len = 32, .body = body, .body_len = sizeof body - 1}};
+  if (idem_store_submit(s, &op, on_complete, p)) {
+    w->errors++;
+    w->outstanding--;
+  }
+}
+
+static void start_pair(pair *p) {
+  worker *w = p->w;
+  if (mono_ns() >= w->end_ns) {
+    if (w->outstanding == 0 && !w->stopping) {
+      w->stopping = 1;
+      idem_store_close(w->store, NULL, NULL);
+    }
+    return;
+  }
+  snprintf(p->key, sizeof p->key, "bench-%d-%d-%llu", (int)getpid(), w->id,
+           (unsigned long long)w->seq++);
+  idem_op op = {.kind = IDEM_OP_CLAIM, .key = p->key, .lease_ms = 30000, .ttl_ms = 3600 * 1000};
+  memcpy(op.fingerprint, "0123456789abcdef0123456789abcdef", IDEM_FINGERPRINT_LEN);
+  p->started = mono_ns();
+  if (idem_store_submit(w->store, &op, on_claim, p) == 0)
+    w->outstanding++;
+  else
+    w->errors++;
+}
+
+static void *run_worker(void *arg) {
+  worker *w = arg;
+  uv_loop_init(&w->loop);
+  char *msg = NULL;
+  if (idem_store_open(&w->loop, w->uri, &w->store, &msg)) {
+    fprintf(stderr, "redis_bench: cannot open %s: %s\n", w->uri, msg ? msg : "");
+    exit(1);
+  }
+  w->pairs = calloc((size_t)w->in_flight, sizeof *w->pairs);
+  for (int i = 0; i < w->in_flight; i++) {
+    w->pairs[i].w = w;
+    start_pair(&w->pairs[i]);
+  }
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&w->loop);
+  free(w->pairs);
+  return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "script")) {
+    fwrite(idem_redis_script, 1, idem_redis_script_len, stdout);
+    return 0;
+  }
+  if (argc < 2 || strncmp(argv[1], "redis://", 8)) {
+    fprintf(stderr, "usage: redis_bench URI [THREADS] [IN_FLIGHT] [SECONDS] | redis_bench script\n");
+    return 2;
+  }
+  int threads = argc > 2 ? atoi(argv[2]) : 1;
+  int in_flight = argc > 3 ? atoi(argv[3]) : 64;
+  double seconds = argc > 4 ? atof(argv[4]) : 5;
+  if (threads < 1 || in_flight < 1 || seconds <= 0) {
+    fprintf(stderr, "redis_bench: THREADS, IN_FLIGHT and SECONDS must be positive\n");
+    return 2;
+  }
+  worker *ws = calloc((size_t)threads, sizeof *ws);
+  pthread_t *th = calloc((size_t)threads, sizeof *th);
+  int64_t start = mono_ns();
+  for (int i = 0; i < threads; i++) {
+    ws[i] = (worker){.uri = argv[1], .id = i, .in_flight = in_flight,
+                     .end_ns = start + (int64_t)(seconds * 1e9)};
+    pthread_create(&th[i], NULL, run_worker, &ws[i]);
+  }
+  uint64_t done = 0, errors = 0;
+  size_t nlat = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(th[i], NULL);
+    done += ws[i].done;
+    errors += ws[i].errors;
+    nlat += ws[i].nlat;
+  }
+  double secs = (double)(mono_ns() - start) / 1e9;
+  int64_t *lat = malloc((nlat + 1) * sizeof *lat);
+  size_t k = 0;
+  for (int i = 0; i < threads; i++) {
+    memcpy(lat + k, ws[i].lat, ws[i].nlat * sizeof *lat);
+    k += ws[i].nlat;
+    free(ws[i].lat);
+  }
+  qsort(lat, nlat, sizeof *lat, cmp_i64);
+  double p50 = nlat ? (double)lat[nlat / 2] / 1000 : 0;
+  double p99 = nlat ? (double)lat[nlat * 99 / 100] / 1000 : 0;
+  printf("threads=%d in_flight=%d seconds=%.2f pairs=%llu errors=%llu pairs_per_sec=%.0f "
+         "scripts_per_sec=%.0f pair_p50_ms=%.3f pair_p99_ms=%.3f\n",
+         threads, in_flight, secs, (unsigned long long)done, (unsigned long long)errors,
+         (double)done / secs, 2.0 * (double)done / secs, p50, p99);
+  free(lat);
+  free(ws);
+  free(th);
+  return errors ? 1 : 0;
+}
