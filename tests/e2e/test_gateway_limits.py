@@ -94,19 +94,29 @@ class Limits(GatewayTestCase):
         self.assertEqual(r.status, 200, "retry after a 408: %r" % r)
         self.assertFalse(r.replayed)
 
-    def _bad_framing(self, raw, what, port=None):
-        gw = self.gw
-        with RawConn(gw.port) as c:
-            c.send(raw)
-            try:
-                r = c.read_response()
-            except EOFError:
-                self.fail("%s: connection closed without a 400\n%s" % (what, self.gw_log()))
-            self.assertProblem(r, 400, what)
-            self.assertTrue(c.closed(5), "%s: connection not closed after 400" % what)
+    def _bad_framing(self, raw, what):
+        # a fresh upstream and gateway per case: a case that desynchronises
+        # a pooled upstream connection must not make the next case fail
+        up = self.start_upstream()
+        gw = self.start_gateway(up)
+        try:
+            with RawConn(gw.port) as c:
+                c.send(raw)
+                try:
+                    r = c.read_response()
+                except EOFError:
+                    self.fail("%s: connection closed without a 400\n%s" % (what, gw.stderr()))
+                forwarded = [(q["method"], q["target"], q["headers"], q["body"]) for q in up.requests()]
+                self.assertEqual(forwarded, [], "%s: reached the upstream (answer %d)" % (what, r.status))
+                self.assertProblem(r, 400, what)
+                self.assertTrue(c.closed(5), "%s: connection not closed after 400" % what)
+            # the gateway still serves
+            self.assertEqual(gw.request("GET", "/ok").status, 200, what)
+        finally:
+            gw.stop()
+            up.stop()
 
     def test_400_bad_framing_closes_connection(self):
-        self.gw = self.start_gateway(self.up)
         cases = [
             ("Content-Length with Transfer-Encoding",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f1\r\nContent-Length: 5\r\n"
@@ -137,6 +147,11 @@ class Limits(GatewayTestCase):
             ("chunked not last",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f11\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
              b"3\r\nabc\r\n0\r\n\r\n"),
+            ("chunk data not followed by CRLF",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f14\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"3\r\nabcXX0\r\n\r\n"),
+            ("space in a field name",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f15\r\nBad Name: v\r\nContent-Length: 0\r\n\r\n"),
             ("chunk size overflow",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: f12\r\nTransfer-Encoding: chunked\r\n\r\n"
              b"fffffffffffffffffffff\r\nabc\r\n0\r\n\r\n"),
@@ -146,10 +161,18 @@ class Limits(GatewayTestCase):
         for what, raw in cases:
             with self.subTest(case=what):
                 self._bad_framing(raw, what)
-        self.assertEqual(self.up.total(), 0, "malformed requests reached the upstream: %r"
-                         % [(r["id"], r["body"]) for r in self.up.requests()])
-        # the gateway still serves
-        self.assertEqual(self.gw.request("GET", "/ok").status, 200)
+
+    def test_host_header_exactly_once(self):
+        # RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is a 400
+        gw = self.start_gateway(self.up)
+        for what, raw in (
+                ("no Host", b"POST /h HTTP/1.1\r\nX-Test-Id: nohost\r\nContent-Length: 0\r\n\r\n"),
+                ("two Hosts", b"POST /h HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-Test-Id: twohosts\r\n"
+                              b"Content-Length: 0\r\n\r\n")):
+            with self.subTest(case=what), RawConn(gw.port) as c:
+                c.send(raw)
+                self.assertProblem(c.read_response(), 400, what)
+        self.assertEqual(self.up.total(), 0, [(r["id"], r["headers"]) for r in self.up.requests()])
 
     def test_bad_framing_after_good_request_on_same_connection(self):
         gw = self.start_gateway(self.up)

@@ -201,6 +201,27 @@ class PassThrough(GatewayTestCase):
             c.send(request_bytes("GET", "/after", headers={"X-Test-Id": "after"}))
             self.assertEqual(c.read_response().status, 200)
 
+    def test_chunked_request_with_trailer(self):
+        # Trailer fields are legal after the last chunk; the body and the
+        # header fields before it must reach the upstream unchanged.
+        gw = self.start_gateway(self.up)
+        for rid, key in (("tr-nokey", None), ("tr-key", "tr-key")):
+            hk = b"Idempotency-Key: %s\r\n" % key.encode() if key else b""
+            raw = (b"POST /tr HTTP/1.1\r\nHost: x\r\nX-Test-Id: " + rid.encode() + b"\r\n" + hk +
+                   b"Transfer-Encoding: chunked\r\nX-Before: one\r\n\r\n"
+                   b"3\r\nabc\r\n3\r\ndef\r\n0\r\nX-Checksum: sum1\r\n\r\n")
+            with RawConn(gw.port) as c:
+                c.send(raw)
+                r = c.read_response()
+                self.assertEqual(r.status, 200, "%s: %r\n%s" % (rid, r, self.gw_log()))
+            seen = self.up.requests(rid)
+            self.assertEqual(len(seen), 1, rid)
+            hdrs = seen[0]["headers"]
+            self.assertEqual(seen[0]["body"], b"abcdef", "%s: body changed: %r" % (rid, hdrs))
+            self.assertIn(("X-Before", "one"), hdrs, "%s: header before the body mangled: %r" % (rid, hdrs))
+            for k, v in hdrs:
+                self.assertNotIn("\x00", k + v, "%s: NUL forwarded upstream: %r" % (rid, hdrs))
+
     def test_chunked_upstream_response_and_replay(self):
         gw = self.start_gateway(self.up)
         r1 = gw.request("POST", "/ch", body=b"z", key="chr", headers={"X-Test-Chunked": "1"})
