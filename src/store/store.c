@@ -7,9 +7,6 @@
 
 #include "store/backend.h"
 
-/* Stores still being written are weak until they land. */
-#pragma weak idem_backend_lmdb
-
 static const idem_backend *const backends[] = {
     &idem_backend_memory, &idem_backend_lmdb, &idem_backend_redis,
     &idem_backend_postgres,
