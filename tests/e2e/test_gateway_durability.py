@@ -44,6 +44,32 @@ class Durability(GatewayTestCase):
             self.assertTrue(r.replayed, "record m%d lost after kill -9: %r" % (i, r))
             self.assertEqual(r.body, bodies[i])
 
+    def test_concurrent_answers_are_durable_before_sent(self):
+        # Group commit may batch, but an answer reaches the client only after
+        # its record is committed: kill -9 right after the answers loses none.
+        import threading
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
+        out = {}
+
+        def one(i):
+            out[i] = gw.request("POST", "/gc", body=b"%d" % i, key="gc%d" % i)
+        ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(60)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        gw.kill()
+        self.assertEqual(sorted(r.status for r in out.values()), [200] * 60, self.gw_log())
+        gw.restart()
+        lost = []
+        for i in range(60):
+            r = gw.request("POST", "/gc", body=b"%d" % i, key="gc%d" % i)
+            if not r.replayed or r.body != out[i].body:
+                lost.append(i)
+        self.assertEqual(lost, [], "answered but not durable: %s" % lost)
+        self.assertEqual(self.up.total(), 60)
+
     def test_graceful_restart_keeps_records(self):
         d = self.tempdir()
         gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
