@@ -70,6 +70,25 @@ class Lifecycle(GatewayTestCase):
         rc = gw.wait_exit(15)
         self.assertEqual(rc, 0, gw.stderr())
 
+    def test_sigterm_in_flight_result_is_stored(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/s" % d)
+        res = {}
+        t = threading.Thread(target=lambda: res.setdefault("r", gw.request(
+            "POST", "/st", body=b"x", key="stored-on-term", headers={"X-Test-Delay-Ms": "1000"})),
+            daemon=True)
+        t.start()
+        self.assertEqual(self.up.wait_count("stored-on-term", 1), 1, self.gw_log())
+        gw.proc.send_signal(signal.SIGTERM)
+        t.join(30)
+        self.assertEqual(gw.wait_exit(15), 0, gw.stderr())
+        self.assertEqual(res["r"].status, 200)
+        gw.start()
+        r = gw.request("POST", "/st", body=b"x", key="stored-on-term")
+        self.assertTrue(r.replayed, "in-flight answer not stored at SIGTERM: %r" % r)
+        self.assertEqual(r.body, res["r"].body)
+        self.assertEqual(self.up.count("stored-on-term"), 1)
+
     def test_sigterm_idle_exits_0_promptly(self):
         gw = self.start_gateway(self.up, admin=True)
         # an idle keep-alive connection must not hold the exit up

@@ -182,6 +182,26 @@ class Replay(GatewayTestCase):
             self.assertEqual(r.headers_all("X-Multi"), ["first", "second"], r)
         self.assertEqual(len(r2.headers_all("Idempotent-Replayed")), 1, r2)
 
+    def test_interim_1xx_is_not_the_stored_answer(self):
+        gw = self.start_gateway(self.up)
+        for code in ("100", "103"):
+            k = "interim-" + code
+            h = {"X-Test-Interim": code, "X-Test-Status": "201"}
+            with RawConn(gw.port) as c:
+                c.send(request_bytes("POST", "/i", b"x", key=k, headers=h))
+                r1 = c.read_response()
+                while 100 <= r1.status < 200:  # forwarding interims is allowed
+                    r1 = c.read_response()
+                c.send(request_bytes("POST", "/i", b"x", key=k, headers=h))
+                r2 = c.read_response()
+                while 100 <= r2.status < 200:
+                    r2 = c.read_response()
+            self.assertEqual(r1.status, 201, "%s: %r\n%s" % (code, r1, self.gw_log()))
+            self.assertEqual(r2.status, 201, "%s: %r" % (code, r2))
+            self.assertTrue(r2.replayed, r2)
+            self.assertEqual(r2.body, r1.body)
+            self.assertEqual(self.up.count(k), 1)
+
     def test_empty_body_post_replays(self):
         gw = self.start_gateway(self.up)
         r1 = gw.request("POST", "/e", body=b"", key="empty")

@@ -16,6 +16,7 @@ carried it. Behaviour is chosen per request by headers:
                               values; a function of id and execution number)
                               instead of the JSON body
     X-Test-Set-Header: N: V   add a response header (may be repeated)
+    X-Test-Interim: 103       send this 1xx interim response before the final one
     X-Test-Garbage: 1         answer with bytes that are not HTTP, then close
     X-Test-Reset: 1           read the request, then reset the connection (RST)
     X-Test-Truncate: 1        send the head and half the body, then close
@@ -167,6 +168,11 @@ class _Handler(BaseHTTPRequestHandler):
             owner._stopping.wait(300)
             self.close_connection = True
             return
+        interim = h.get("X-Test-Interim")
+        if interim:
+            self.wfile.write(b"HTTP/1.1 %d Interim\r\nLink: </style.css>; rel=preload\r\n\r\n"
+                             % int(interim))
+            self.wfile.flush()
         status = int(h.get("X-Test-Status") or 200)
         payload = json.dumps({
             "exec": n, "id": rid, "method": self.command, "target": self.path,
