@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "core/scoped_key.h"
@@ -52,8 +53,16 @@ static void wait_until_us(lmdb_env *e, int64_t until) {
   pthread_cond_timedwait(&e->wake, &e->lock, &ts);
 }
 
+/* LMDB reports a short write as EIO; on a disk that is (nearly) out of space
+ * that is a full store, not a broken one. */
+static int disk_full(const char *path) {
+  struct statvfs sv;
+  return statvfs(path, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < (UINT64_C(1) << 20);
+}
+
 int lmdb_error(lmdb_env *e, int rc) {
-  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL) {
+  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL || rc == ENOSPC || rc == EDQUOT ||
+      (rc == EIO && disk_full(e->path))) {
     atomic_fetch_add(&e->errors_full, 1);
     return IDEM_EFULL;
   }
