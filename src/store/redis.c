@@ -7,7 +7,7 @@
  * the server's clock and the server's atomicity decide, never ours. One
  * hiredis async connection per handle, on the handle's libuv loop:
  *
- *   DOWN ──backoff timer──► CONNECTING ──AUTH, SELECT, SCRIPT LOAD ok──► UP
+ *   DOWN ──backoff timer──► CONNECTING ──AUTH, SELECT, ROLE master, SCRIPT LOAD──► UP
  *     ▲                          │ refused, error, connect timeout        │
  *     └──────────────────────────┴──────── lost, command timeout ◄────────┘
  *
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -55,7 +56,9 @@ typedef struct {
   rstate state;
   int closing;
   int handshake_left;   /* replies still awaited before UP */
+  int reconnect_soon;   /* a reply said this server cannot take writes */
   int64_t backoff_ms;
+  uint64_t jitter;       /* xorshift state, seeded per handle */
   uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
@@ -248,9 +251,15 @@ static int decode_record(redisReply *const *e, idem_record *rec) {
   return 0;
 }
 
-/* Map an error reply. NOSCRIPT is handled by the caller. */
+/* Map an error reply. NOSCRIPT is handled by the caller. A server that
+ * became a replica (failover) or lost its master refuses every write: find
+ * the master again through a new connection, as the URI's host resolves
+ * now. */
 static int error_reply(rstore *rs, const redisReply *r) {
   note(rs, "command refused: %s", r->str);
+  if (!strncmp(r->str, "READONLY", 8) || !strncmp(r->str, "MASTERDOWN", 10) ||
+      !strncmp(r->str, "LOADING", 7))
+    rs->reconnect_soon = 1;
   return IDEM_ESTORE;
 }
 
@@ -311,9 +320,9 @@ static void flight_remove(rstore *rs, cmd *c) {
 
 /* The error for a command whose reply will never come. */
 static int lost_error(const rstore *rs, const cmd *c) {
-  if (c->timed_out)
-    return IDEM_ETIMEDOUT;
-  return rs->closing ? IDEM_ECLOSED : IDEM_ESTORE;
+  (void)rs;
+  /* sent: it may have run, so "unknown", never "closed" */
+  return c->timed_out ? IDEM_ETIMEDOUT : IDEM_ESTORE;
 }
 
 /* ---- sending ----------------------------------------------------------- */
@@ -668,7 +677,18 @@ static int decode_op(rstore *rs, idem_req *req, const redisReply *r) {
   return 0;
 }
 
+static void handle_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
+  rstore *rs = ((cmd *)privdata)->rs;
+  handle_reply(ac, reply, privdata);
+  if (rs->reconnect_soon && rs->ac == ac && reply != NULL) {
+    rs->reconnect_soon = 0;
+    conn_drop(rs, "server cannot take writes");
+  }
+}
+
+static void handle_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   (void)ac;
   cmd *c = privdata;
   rstore *rs = c->rs;
@@ -760,8 +780,11 @@ static void schedule_reconnect(rstore *rs) {
     return;
   }
   int64_t d = rs->backoff_ms;
-  /* jitter: 75%..125% */
-  d = d * 3 / 4 + (int64_t)((uint64_t)rand() % (uint64_t)(d / 2 + 1));
+  /* jitter: 75%..125%, so that a fleet does not reconnect in step */
+  rs->jitter ^= rs->jitter << 13;
+  rs->jitter ^= rs->jitter >> 7;
+  rs->jitter ^= rs->jitter << 17;
+  d = d * 3 / 4 + (int64_t)(rs->jitter % (uint64_t)(d / 2 + 1));
   rs->backoff_ms = rs->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rs->backoff_ms * 2;
   uv_timer_start(&rs->conn_timer, on_backoff, (uint64_t)d, 0);
 }
@@ -812,13 +835,21 @@ static void on_connect_timeout(uv_timer_t *t) {
 static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   rstore *rs = ac->data;
   redisReply *r = reply;
-  (void)privdata;
   if (rs == NULL || rs->ac != ac || rs->state != R_CONNECTING || r == NULL)
     return; /* the drop is already under way */
-  if (r->type == REDIS_REPLY_ERROR) {
+  /* A user whose ACL allows only what idem runs may not ask ROLE or SCRIPT
+   * LOAD: go on without (EVALSHA falls back to EVAL on NOSCRIPT). */
+  int optional = strcmp(privdata, "ROLE") == 0 || strcmp(privdata, "SCRIPT LOAD") == 0;
+  if (r->type == REDIS_REPLY_ERROR && !(optional && !strncmp(r->str, "NOPERM", 6))) {
     char why[120];
     snprintf(why, sizeof why, "%s refused: %.80s", (const char *)privdata, r->str);
     conn_drop(rs, why);
+    return;
+  }
+  if (!strcmp(privdata, "ROLE") && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+      r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master")) {
+    /* a replica takes no writes: back off until the name leads to a master */
+    conn_drop(rs, "server is a replica");
     return;
   }
   if (--rs->handshake_left > 0)
@@ -877,6 +908,8 @@ static void conn_start(rstore *rs) {
     redisAsyncCommand(ac, on_handshake, (char *)"SELECT", "SELECT %d", rs->uri.db);
     rs->handshake_left++;
   }
+  redisAsyncCommand(ac, on_handshake, (char *)"ROLE", "ROLE");
+  rs->handshake_left++;
   const char *argv[] = {"SCRIPT", "LOAD", idem_redis_script};
   size_t lens[] = {6, 4, idem_redis_script_len};
   redisAsyncCommandArgv(ac, on_handshake, (char *)"SCRIPT LOAD", 3, argv, lens);
@@ -966,6 +999,7 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   rs->loop = store->loop;
   rs->sha = idem_redis_script_sha();
   rs->backoff_ms = BACKOFF_MIN_MS;
+  rs->jitter = (uv_hrtime() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)rs) | 1;
   uv_timer_init(rs->loop, &rs->conn_timer);
   uv_timer_init(rs->loop, &rs->cmd_timer);
   rs->conn_timer.data = rs->cmd_timer.data = rs;

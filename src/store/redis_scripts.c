@@ -39,6 +39,9 @@ _Static_assert(IDEM_STATE_UNSEEN == 0 && IDEM_STATE_PROCESSING == 1 &&
 _Static_assert(IDEM_CLAIM_REPLAY_FAILED == 1, "the Lua script tests flag bit 1");
 
 const char idem_redis_script[] =
+    /* Redis 3.2-4.0 refuse writes after TIME unless effects are replicated;
+     * from 5.0 that is the default (and from 7.0 the only way) */
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local k = KEYS[1]\n"
     "local op, fp, fence = ARGV[1], ARGV[2], ARGV[3]\n"
     "local t = redis.call('TIME')\n"

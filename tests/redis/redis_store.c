@@ -351,6 +351,53 @@ static void server_that_stops_answering_times_out(void **state) {
   idem_sync_close(db);
 }
 
+static void replica_after_failover_is_left_for_a_new_connection(void **state) {
+  (void)state;
+  idem_sync *db = open_uri(base_uri);
+  idem_result res;
+  assert_int_equal(run(db, claim_op("", key_of("ro-warm"), 60000, TTL_LONG_MS), &res), 0);
+  idem_result_clear(&res);
+  /* the server becomes a replica (of nobody that answers): writes refused */
+  cmd_ok("REPLICAOF 127.0.0.1 1");
+  assert_int_equal(run(db, claim_op("", key_of("ro"), 60000, TTL_LONG_MS), &res), IDEM_ESTORE);
+  /* a new handle does not take a replica for its server (ROLE) */
+  idem_sync *db2 = open_uri(base_uri);
+  assert_int_equal(run(db2, claim_op("", key_of("ro2"), 60000, TTL_LONG_MS), &res), IDEM_ESTORE);
+  cmd_ok("REPLICAOF NO ONE");
+  /* both find the writable server again by themselves */
+  claim_until_ok(db, key_of("ro"));
+  claim_until_ok(db2, key_of("ro2"));
+  idem_sync_close(db);
+  idem_sync_close(db2);
+}
+
+static void least_privilege_acl_user_is_enough(void **state) {
+  (void)state;
+  /* only the commands idem sends, only its keys: no ROLE, no SCRIPT LOAD */
+  cmd_ok("ACL SETUSER idemmin on >pw ~idem:* resetchannels -@all +evalsha +eval +time +hmget +hset +pexpireat +del +scan");
+  cmd_ok("SCRIPT FLUSH");
+  idem_sync *db = open_uri(uri_with("idemmin:pw@", ""));
+  idem_result res;
+  const char *key = key_of("acl");
+  assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res);
+  idem_op fin = {.kind = IDEM_OP_COMPLETE, .scope = "", .key = key, .fence = 1,
+                 .ttl_ms = TTL_LONG_MS, .response = {.status = 201}};
+  assert_int_equal(idem_sync_run(db, &fin, &res), 0);
+  idem_result_clear(&res);
+  idem_op list = {.kind = IDEM_OP_LIST, .scope = "", .limit = 5};
+  assert_int_equal(idem_sync_run(db, &list, &res), 0);
+  assert_true(res.count >= 1);
+  idem_result_clear(&res);
+  idem_op del = {.kind = IDEM_OP_DELETE, .scope = "", .key = key};
+  assert_int_equal(idem_sync_run(db, &del, &res), 0);
+  assert_int_equal(res.count, 1);
+  idem_result_clear(&res);
+  idem_sync_close(db);
+  cmd_ok("ACL DELUSER idemmin");
+}
+
 /* ---- LIST ------------------------------------------------------------------ */
 
 static int by_key(const void *a, const void *b) {
@@ -473,6 +520,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(nothing_listening_fails_fast),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),
       cmocka_unit_test(server_that_stops_answering_times_out),
+      cmocka_unit_test(replica_after_failover_is_left_for_a_new_connection),
+      cmocka_unit_test(least_privilege_acl_user_is_enough),
       cmocka_unit_test(list_is_ordered_resumable_and_skips_released),
   };
   int rc = cmocka_run_group_tests_name("redis store", tests, NULL, NULL);
