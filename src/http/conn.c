@@ -11,7 +11,8 @@
 #include "http/policy.h"
 
 #define READ_CHUNK 65536
-#define LINGER_MS 2000 /* after an error answer: drain input, then close */
+#define LINGER_MS 2000
+#define PIPELINE_BUFFER (1u << 20) /* pipelined input held while answering */ /* after an error answer: drain input, then close */
 
 enum { T_NONE = 0, T_REQUEST, T_IDLE, T_LINGER };
 
@@ -37,6 +38,7 @@ struct gw_conn {
 
 static void process(gw_conn *c);
 static void dispatch(gw_conn *c, gw_request *req);
+static void stop_reading(gw_conn *c);
 
 /* ---- lifetime ---- */
 
@@ -143,7 +145,10 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread > 0) {
     c->in.len += (size_t)nread;
-    process(c);
+    if (!c->ex)
+      process(c);
+    else if (c->in.len - c->in_off > PIPELINE_BUFFER)
+      stop_reading(c); /* enough pipelined input waiting: push back */
     return;
   }
   if (nread == 0)
@@ -207,7 +212,8 @@ static void dispatch(gw_conn *c, gw_request *req) {
   ex->started_ns = uv_hrtime();
   c->ex = ex;
   c->refs++;
-  stop_reading(c);
+  /* Reading goes on while the request runs (no epoll_ctl per request);
+   * pipelined bytes wait in c->in, and read_cb stops past a bound. */
   timer_set(c, T_NONE, 0);
   gw_engine_handle(ex);
 }
@@ -318,8 +324,11 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
     return;
   }
   int is_head = req && req->is_head;
+  /* after the client's EOF, pipelined requests already received are still
+   * answered; the last answer closes */
   int close = (flags & GW_RESP_CLOSE) || !req || !req->keep_alive ||
-              req->upgrade || c->peer_eof || c->w->stopping;
+              req->upgrade || c->w->stopping ||
+              (c->peer_eof && c->in_off >= c->in.len);
   gw_buf *h = &ex->out_head;
   h->len = 0;
   int err = gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));

@@ -60,7 +60,7 @@ static int filter_headers(const upstream_response *up, gw_buf *out) {
   for (size_t i = 0; i < h->n; i++) {
     const char *name = gw_header_name(h, i);
     size_t nlen = h->v[i].name_len;
-    if (policy_hop_header(name, nlen))
+    if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
       continue;
     if (conn) {
       char tmp[128];

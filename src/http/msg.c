@@ -179,3 +179,16 @@ int gw_has_token(const char *value, size_t len, const char *token) {
   }
   return 0;
 }
+
+int gw_is_token(const char *s, size_t len) {
+  if (!len)
+    return 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+      continue;
+    if (!c || !strchr("!#$%&'*+-.^_`|~", c))
+      return 0;
+  }
+  return 1;
+}

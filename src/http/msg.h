@@ -60,6 +60,8 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
 
 /* Case-insensitive equality of a (ptr, len) string with a C string. */
 int gw_ieq(const char *s, size_t len, const char *lit);
+/* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */
+int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (case-insensitive). */
 int gw_has_token(const char *value, size_t len, const char *token);
 

@@ -94,6 +94,19 @@ static int on_headers_complete(http_parser *p) {
   if (p->http_major != 1)
     return refuse(rp, 400, "only HTTP/1.0 and HTTP/1.1 are supported");
 
+  /* RFC 9112 5.1: no whitespace between a field name and its colon. Read
+   * leniently ("Content-Length : 5" as some other header) it is a classic
+   * request-smuggling vector, so any name that is not a token is refused. */
+  for (size_t i = 0; i < r->headers.n; i++)
+    if (!gw_is_token(gw_header_name(&r->headers, i), r->headers.v[i].name_len))
+      return refuse(rp, 400, "invalid header name (whitespace before the colon?)");
+
+  /* RFC 9112 3.2: exactly one Host in HTTP/1.1, at most one in 1.0 */
+  int nhost = 0;
+  gw_headers_get(&r->headers, "Host", NULL, &nhost);
+  if (nhost > 1 || (nhost == 0 && p->http_minor >= 1))
+    return refuse(rp, 400, "an HTTP/1.1 request needs exactly one Host header");
+
   /* Framing must be unambiguous (RFC 9112 6.3): one Content-Length, or
    * Transfer-Encoding ending in chunked, never both. http_parser checks most
    * of this; checking again here keeps the rule in one readable place. */
@@ -113,6 +126,7 @@ static int on_headers_complete(http_parser *p) {
     return refuse(rp, 413, "the request body exceeds the gateway's limit");
   if (p->upgrade)
     r->upgrade = 1;
+  rp->chunked = te != NULL;
 
   size_t elen = 0;
   const char *expect = gw_headers_get(&r->headers, "Expect", &elen, NULL);
@@ -135,6 +149,18 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     return refuse(rp, 503, "out of memory");
   if (gw_buf_append(&r->body, at, len))
     return refuse(rp, 503, "out of memory");
+  if (rp->chunked && p->content_length == 0) {
+    /* The chunk's data is complete and CRLF must follow. http_parser built
+     * without strict mode skips any two bytes here ("3\r\nabcXX0..."), so
+     * check them: now if they are in this buffer, else at the next feed. */
+    const char *next = at + len, *end = rp->feed_base + rp->feed_len;
+    rp->crlf_left = 2;
+    while (rp->crlf_left && next < end) {
+      if (*next++ != "\r\n"[2 - rp->crlf_left])
+        return refuse(rp, 400, "chunk data not followed by CRLF");
+      rp->crlf_left--;
+    }
+  }
   return 0;
 }
 
@@ -192,8 +218,16 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
     return GW_PARSE_ERROR;
   }
   rp->state = ST_NONE;
+  for (size_t i = 0; rp->crlf_left && i < len; i++, rp->crlf_left--)
+    if (data[i] != "\r\n"[2 - rp->crlf_left]) {
+      refuse(rp, 400, "chunk data not followed by CRLF");
+      *used = len;
+      return GW_PARSE_ERROR;
+    }
   if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
     http_parser_pause(&rp->p, 0);
+  rp->feed_base = data;
+  rp->feed_len = len;
   size_t n = http_parser_execute(&rp->p, &settings, data, len);
   enum http_errno e = HTTP_PARSER_ERRNO(&rp->p);
   if (rp->state == ST_ERROR) {
@@ -232,6 +266,8 @@ gw_parse_result gw_reqparser_eof(gw_reqparser *rp) {
   rp->state = ST_NONE;
   if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
     http_parser_pause(&rp->p, 0);
+  rp->feed_base = NULL;
+  rp->feed_len = 0;
   http_parser_execute(&rp->p, &settings, NULL, 0);
   return rp->state == ST_DONE ? GW_PARSE_DONE : GW_PARSE_MORE;
 }
@@ -241,6 +277,8 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->cur = NULL;
   rp->started = 0;
   rp->head_bytes = 0;
+  rp->chunked = 0;
+  rp->crlf_left = 0;
   rp->state = ST_NONE;
   return r;
 }

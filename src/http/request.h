@@ -47,6 +47,10 @@ typedef struct {
   int started;       /* some byte of the current request arrived */
   int state;         /* internal: what the last callback decided */
   int error_status;  /* 400, 413, 431 */
+  int chunked;       /* the current request has a chunked body */
+  const char *feed_base; /* the buffer being fed, for on_body's checks */
+  size_t feed_len;
+  int crlf_left;     /* bytes of a chunk's closing CRLF still to check */
   const char *error_detail;
 } gw_reqparser;
 

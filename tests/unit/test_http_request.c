@@ -76,7 +76,7 @@ static void test_pipelined_in_order(void **state) {
   static const char text[] =
       "POST /a?x=1 HTTP/1.1\r\nHost: h\r\nIdempotency-Key: k1\r\nContent-Length: 3\r\n\r\nabc"
       "GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
-      "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3;ext=1\r\nllo\r\n0\r\nX-Trailer: t\r\n\r\n";
+      "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3;ext=1\r\nllo\r\n0\r\nX-Trailer: t\r\n\r\n";
   size_t steps[] = {0, 1, 2, 7, 50};
   for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
     outcome o;
@@ -114,15 +114,24 @@ static void expect_error(const char *text, size_t len, int status) {
 
 static void test_ambiguous_framing(void **state) {
   (void)state;
-  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\na"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 400);
-  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1x\r\n\r\na"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"), 400);
   expect_error(S("GARBAGE\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/1.1\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\rX0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffffff\r\nabc\r\n0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nBad Name: v\r\nContent-Length: 0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length : 3\r\n\r\nabc"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding\t: chunked\r\n\r\n0\r\n\r\n"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\nabc"), 400);
   expect_error(S("GET / HTTP/2.0\r\n\r\n"), 400);
   expect_error(S("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n"), 400);
 }
@@ -132,14 +141,14 @@ static void test_limits(void **state) {
   char big[2048];
   int n = snprintf(big, sizeof big, "GET / HTTP/1.1\r\nX-Big: %01500d\r\n\r\n", 0);
   expect_error(big, (size_t)n, 431);
-  expect_error(S("POST / HTTP/1.1\r\nContent-Length: 65\r\n\r\n"), 413);
-  expect_error(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 65\r\n\r\n"), 413);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
                  "30\r\n012345678901234567890123456789012345678901234567\r\n"
                  "30\r\n012345678901234567890123456789012345678901234567\r\n0\r\n\r\n"),
                413);
   /* exactly the limit passes */
   char ok[256];
-  n = snprintf(ok, sizeof ok, "POST / HTTP/1.1\r\nContent-Length: 64\r\n\r\n%064d", 7);
+  n = snprintf(ok, sizeof ok, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 64\r\n\r\n%064d", 7);
   outcome o;
   run(ok, (size_t)n, 0, &o);
   assert_int_equal(o.n, 1);
@@ -150,7 +159,7 @@ static void test_limits(void **state) {
 static void test_expect_continue_and_versions(void **state) {
   (void)state;
   static const char text[] =
-      "POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi";
+      "POST /e HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi";
   outcome o;
   run(S(text), 0, &o);
   assert_int_equal(o.heads, 1);
@@ -166,11 +175,11 @@ static void test_expect_continue_and_versions(void **state) {
   run(S("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0, &o);
   assert_true(o.req[0]->keep_alive);
   release(&o);
-  run(S("GET / HTTP/1.1\r\nConnection: close\r\n\r\n"), 0, &o);
+  run(S("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"), 0, &o);
   assert_false(o.req[0]->keep_alive);
   assert_int_equal(o.req[0]->http_minor, 1);
   release(&o);
-  run(S("HEAD /h HTTP/1.1\r\n\r\n"), 0, &o);
+  run(S("HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n"), 0, &o);
   assert_true(o.req[0]->is_head);
   release(&o);
 }
