@@ -485,6 +485,77 @@ static void sweeper_runs_in_the_background(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A long gc runs in chunks between batches: a claim submitted after it is
+ * answered long before it ends. */
+typedef struct {
+  int order, claim_at, gc_at;
+  size_t gc_count;
+  int pending;
+} race;
+
+static void on_race_claim(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  race *r = arg;
+  assert_int_equal(res->err, 0);
+  r->claim_at = ++r->order;
+  r->pending--;
+}
+
+static void on_race_gc(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  race *r = arg;
+  assert_int_equal(res->err, 0);
+  r->gc_count = res->count;
+  r->gc_at = ++r->order;
+  r->pending--;
+}
+
+static void on_fill(idem_store *store, const idem_result *res, void *arg) {
+  (void)store;
+  assert_int_equal(res->err, 0);
+  (*(int *)arg)--;
+}
+
+static void gc_does_not_stall_claims(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, "sweep_interval=off&sweep_batch=200"), &store, NULL), 0);
+  /* 4000 claims that expire at once (lease and ttl of 1 ms) */
+  int pending = 0;
+  for (int i = 0; i < 4000; i++) {
+    snprintf(key, sizeof key, "exp-%d", i);
+    idem_op op = claim_op(NULL, key, 1);
+    op.lease_ms = 1;
+    assert_int_equal(idem_store_submit(store, &op, on_fill, &pending), 0);
+    pending++;
+    if (pending >= 256)
+      while (pending > 128)
+        uv_run(&loop, UV_RUN_ONCE);
+  }
+  while (pending)
+    uv_run(&loop, UV_RUN_ONCE);
+  wait_until(idem_now_ms() + 5);
+  race r = {.pending = 2};
+  idem_op gc = {.kind = IDEM_OP_GC, .limit = 100000};
+  assert_int_equal(idem_store_submit(store, &gc, on_race_gc, &r), 0);
+  idem_op claim = claim_op(NULL, "during-gc", TTL_LONG_MS);
+  assert_int_equal(idem_store_submit(store, &claim, on_race_claim, &r), 0);
+  while (r.pending)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(r.gc_count, 4000); /* 20 chunks of 200 */
+  assert_int_equal(r.claim_at, 1);    /* the claim did not wait for them */
+  assert_int_equal(r.gc_at, 2);
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void delete_and_list(void **state) {
   (void)state;
   char p[300];
@@ -549,6 +620,7 @@ int main(void) {
       cmocka_unit_test(full_map_refuses_per_request),
       cmocka_unit_test(gc_deletes_expired_records_in_bounded_passes),
       cmocka_unit_test(sweeper_runs_in_the_background),
+      cmocka_unit_test(gc_does_not_stall_claims),
       cmocka_unit_test(delete_and_list),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
