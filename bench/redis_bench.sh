@@ -350,6 +350,10 @@ for mode in ("unique", "replay"):
             "%.2fx" % (float(r[3]) / base) if base else "-"))
     L.append("")
 L.append("Records in Redis at the end: %s.\n" % records)
+L.append("Reading: a unique-key request costs two script calls in Redis (claim, complete) and a "
+         "replay one, each a round trip on the worker's connection; and here the Redis server "
+         "itself runs on the same two CPUs as wrk, nginx and idem, so the idem-redis rows also "
+         "pay for Redis's CPU, which the nginx-proxy rows do not.\n")
 L.append("Everything (Redis, nginx, idem, wrk, redis-benchmark) shares the same %d CPUs, "
          "on a machine shared with other work: compare rows of one run, not runs.\n" % os.cpu_count())
 open(out, "w").write("\n".join(L))
