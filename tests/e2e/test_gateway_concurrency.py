@@ -117,6 +117,15 @@ class Concurrency(GatewayTestCase):
         self.assertEqual(len(bodies), 1, "different bodies: %r" % bodies)
         self.assertEqual(sum(1 for r in out if not r.replayed), 1)
 
+    def test_100_concurrent_duplicates_lmdb(self):
+        d = self.tempdir()
+        gw = self.start_gateway(self.up, store="lmdb:%s/store" % d)
+        out = self._storm(gw, "storml", 500)
+        self.assertEqual(self.up.count("storml"), 1, "upstream ran %d times" % self.up.count("storml"))
+        originals = [r for r in out if r.status == 200 and not r.replayed]
+        self.assertEqual(len(originals), 1)
+        self.assertTrue({r.status for r in out} <= {200, 409}, {r.status for r in out})
+
     def test_concurrent_distinct_keys_all_run(self):
         gw = self.start_gateway(self.up)
         out = [None] * 50

@@ -114,6 +114,44 @@ class Durability(GatewayTestCase):
         self.assertEqual(self.up.count("crash"), 2)
         self.assertEqual(self.up.fences("crash"), ["1", "2"])
 
+    def test_two_gateways_on_one_lmdb_dir(self):
+        # A rolling restart starts the new gateway before the old one stops.
+        # Either the second refuses the store in use, or the two together
+        # still run a key once.
+        d = self.tempdir()
+        store = "lmdb:%s/store" % d
+        a = self.start_gateway(self.up, store=store)
+        b = Gateway(self.up.url, store=store)
+        self.addCleanup(b.kill)
+        try:
+            b.start(timeout=10)
+        except RuntimeError:
+            self.assertNotEqual(b.proc.returncode, 0)
+            return
+        import threading
+        out = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(40)
+
+        def one(gw):
+            barrier.wait(30)
+            r = gw.request("POST", "/two", body=b"x", key="two", headers={"X-Test-Delay-Ms": "300"})
+            with lock:
+                out.append(r)
+        ts = [threading.Thread(target=one, args=(a if i % 2 else b,), daemon=True) for i in range(40)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        self.assertEqual(self.up.count("two"), 1,
+                         "two gateways on one lmdb dir ran the key %d times" % self.up.count("two"))
+        self.assertTrue({r.status for r in out} <= {200, 409}, {r.status for r in out})
+        # a record completed through one is replayed by the other
+        r1 = a.request("POST", "/two2", body=b"x", key="two2")
+        r2 = b.request("POST", "/two2", body=b"x", key="two2")
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.body, r1.body)
+
     def test_unopenable_lmdb_store_fails_at_start(self):
         d = self.tempdir()
         blocker = os.path.join(d, "a-file")

@@ -148,6 +148,11 @@ class Lifecycle(GatewayTestCase):
             gw.start(timeout=10)
         self.assertNotEqual(gw.proc.returncode, 0)
 
+    def test_memory_store_without_name(self):
+        gw = self.start_gateway(self.up, store="memory:")
+        gw.request("POST", "/m", body=b"x", key="m")
+        self.assertTrue(gw.request("POST", "/m", body=b"x", key="m").replayed)
+
     def test_good_flag_forms_accepted(self):
         gw = self.start_gateway(self.up, "--ttl", "24h", "--lock-ttl", "500ms", "--wait", "0",
                                 "--max-body", "1MiB", "--upstream-timeout", "30s",

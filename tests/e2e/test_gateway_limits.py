@@ -4,6 +4,7 @@ malformed framing (nothing reaches the upstream), pipelined requests
 answered in order."""
 
 import threading
+import time
 
 from harness import GatewayTestCase, RawConn, request_bytes, main
 
@@ -173,6 +174,21 @@ class Limits(GatewayTestCase):
                 c.send(raw)
                 self.assertProblem(c.read_response(), 400, what)
         self.assertEqual(self.up.total(), 0, [(r["id"], r["headers"]) for r in self.up.requests()])
+
+    def test_slow_but_steady_client_is_served(self):
+        # a body that trickles in over ~1.5s is not a stalled client
+        gw = self.start_gateway(self.up)
+        parts = [b"part%d-" % i for i in range(6)]
+        body = b"".join(parts)
+        with RawConn(gw.port) as c:
+            c.send(b"POST /trickle HTTP/1.1\r\nHost: x\r\nIdempotency-Key: trickle\r\n"
+                   b"X-Test-Id: trickle\r\nContent-Length: %d\r\n\r\n" % len(body))
+            for p in parts:
+                time.sleep(0.25)  # pacing the client, not waiting for a condition
+                c.send(p)
+            r = c.read_response()
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertEqual(self.up.requests("trickle")[0]["body"], body)
 
     def test_bad_framing_after_good_request_on_same_connection(self):
         gw = self.start_gateway(self.up)
