@@ -871,6 +871,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
 }
 
 static void conn_start(rstore *rs) {
+  uv_update_time(rs->loop); /* the connect timeout counts from now */
   redisAsyncContext *ac = redisAsyncConnect(rs->uri.host, rs->uri.port);
   if (ac == NULL) {
     conn_drop(rs, "out of memory");
@@ -948,10 +949,13 @@ static void maybe_teardown(rstore *rs) {
 static void redis_submit(idem_store *store, idem_req *req) {
   rstore *rs = store->impl;
   rs->held++;
+  /* Deadlines count from uv_now, which a loop that was idle (idem_sync
+   * between operations) has not moved on: a stale "now" would time out a
+   * command the moment it is sent. */
+  uv_update_time(rs->loop);
   if (rs->state == R_DOWN && uv_is_active((uv_handle_t *)&rs->conn_timer)) {
     /* A caller that runs the loop only while it waits (idem_sync) would
      * otherwise never see the backoff timer fire before its next submit. */
-    uv_update_time(rs->loop);
     if (uv_timer_get_due_in(&rs->conn_timer) == 0) {
       uv_timer_stop(&rs->conn_timer);
       conn_start(rs);

@@ -351,6 +351,22 @@ static void server_that_stops_answering_times_out(void **state) {
   idem_sync_close(db);
 }
 
+static void idle_blocking_caller_does_not_time_out(void **state) {
+  (void)state;
+  /* idem_sync runs its loop only during an operation: after an idle spell
+   * longer than the command timeout, the loop's clock is that far behind */
+  idem_sync *db = open_uri(uri_with("", "?timeout=150ms"));
+  idem_result res;
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "idle-%d", i);
+    assert_int_equal(run(db, claim_op("", key_of(name), 60000, TTL_LONG_MS), &res), 0);
+    idem_result_clear(&res);
+    usleep(300 * 1000); /* the idle spell under test, not a wait for a condition */
+  }
+  idem_sync_close(db);
+}
+
 static void replica_after_failover_is_left_for_a_new_connection(void **state) {
   (void)state;
   idem_sync *db = open_uri(base_uri);
@@ -520,6 +536,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(nothing_listening_fails_fast),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),
       cmocka_unit_test(server_that_stops_answering_times_out),
+      cmocka_unit_test(idle_blocking_caller_does_not_time_out),
       cmocka_unit_test(replica_after_failover_is_left_for_a_new_connection),
       cmocka_unit_test(least_privilege_acl_user_is_enough),
       cmocka_unit_test(list_is_ordered_resumable_and_skips_released),
