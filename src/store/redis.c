@@ -1,6 +1,10 @@
 /*
- * redis.c - the redis:// store: one Redis (or one Cluster slot per record)
- * shared by every gateway and consumer process that points at it.
+ * redis.c - the redis:// store: one Redis shared by every gateway and
+ * consumer process that points at it.
+ *
+ * Cluster: every script touches one key, and that key is its own hash tag,
+ * so each record lives in one slot; but this client does not follow MOVED
+ * or ASK redirections: use a proxy that routes by key, or one primary.
  *
  * Every transition is one run of the Lua script in redis_scripts.c (EVALSHA,
  * and EVAL when the server answers NOSCRIPT, which means it did not run), so
