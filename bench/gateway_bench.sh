@@ -50,6 +50,7 @@ done
 NGINX=$(command -v nginx)
 
 TMP=$(mktemp -d /tmp/idem-gwbench.XXXXXX)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do
@@ -253,9 +254,9 @@ for p in "${PIDS[@]}"; do
 done
 
 mkdir -p "$(dirname "$OUT")"
-python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" <<'EOF'
+python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" "$LOAD_START" <<'EOF'
 import datetime, os, platform, subprocess, sys
-res, out, cmd, dur, thr, conns, idem = sys.argv[1:8]
+res, out, cmd, dur, thr, conns, idem, load0 = sys.argv[1:9]
 rows = [l.split() for l in open(res) if l.strip()]
 data = {(r[0], r[1]): r for r in rows}
 def cpu():
@@ -275,7 +276,7 @@ L.append("| machine | |\n| --- | --- |")
 L.append("| cpu | %s |" % cpu())
 L.append("| nproc | %d |" % os.cpu_count())
 L.append("| kernel | %s %s |" % (platform.system(), platform.release()))
-L.append("| load average at end (1/5/15 min) | %s |" % " / ".join(load))
+L.append("| load average at start, at end (1/5/15 min) | %s; %s |" % (" / ".join(load0.split()), " / ".join(load)))
 L.append("| idem | %s (git %s) |" % (ver, rev or "?"))
 L.append("| nginx | %s |" % subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip())
 L.append("| wrk | %s threads, %s connections, %s per run, POST /bench, 31-byte JSON body |\n" % (thr, conns, dur))
