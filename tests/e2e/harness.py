@@ -18,7 +18,10 @@ is on sys.path when a test runs as a script):
 
 GatewayTestCase.start_upstream()/start_gateway() register cleanups, so a
 test stops what it started even when it fails; an atexit hook kills any
-gateway still alive. A failing assertion can include gw.stderr().
+gateway still alive. A failing assertion can include gw.stderr(). The
+cleanup stops a gateway with SIGTERM and fails the test if its stderr holds
+a sanitizer report (AddressSanitizer, LeakSanitizer, UBSan), so the suite
+can be run against an -DIDEM_SANITIZE=ON build as it is.
 
 Environment: IDEM_BIN (path of the idem binary; default build-e2e/ or build/
 under the source tree), IDEM_E2E_KEEP=1 keeps temp dirs.
@@ -220,6 +223,18 @@ class Gateway:
     def stderr(self):
         """Everything the gateway printed, over all its runs."""
         return "".join(self._errs) + self._current_err()
+
+    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer: detected",
+                       "runtime error:", "WARNING: ThreadSanitizer")
+
+    def sanitizer_report(self):
+        """The sanitizer report in stderr (from its first line), or None."""
+        err = self.stderr()
+        at = [err.find(m) for m in self.SANITIZER_MARKS if m in err]
+        if not at:
+            return None
+        start = err.rfind("\n", 0, min(at)) + 1
+        return err[start:start + 6000]
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -441,11 +456,17 @@ class GatewayTestCase(unittest.TestCase):
                       start=True, **kw):
         url = upstream.url if isinstance(upstream, Upstream) else upstream
         gw = Gateway(url, store=store, args=args, admin=admin, **kw)
-        self.addCleanup(gw.kill)
+        self.addCleanup(self._finish_gateway, gw)
         self._gateways = getattr(self, "_gateways", []) + [gw]
         if start:
             gw.start()
         return gw
+
+    def _finish_gateway(self, gw):
+        gw.stop()
+        rep = gw.sanitizer_report()
+        if rep:
+            self.fail("sanitizer report from idem serve (pid %s):\n%s" % (gw.pid, rep))
 
     def tempdir(self):
         d = tempfile.mkdtemp(prefix="idem-e2e-")
