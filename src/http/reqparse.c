@@ -55,7 +55,9 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
-  if (count_head(rp, len + 4))
+  /* ": " and CRLF count once per header, however the name arrives */
+  int fresh = rp->cur->headers.n == 0 || rp->cur->headers.in_value;
+  if (count_head(rp, len + (fresh ? 4 : 0)))
     return -1;
   if (gw_headers_on_field(&rp->cur->headers, at, len))
     return refuse(rp, 503, "out of memory");
