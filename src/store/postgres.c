@@ -2,17 +2,29 @@
  * postgres.c - the postgres:// store: libpq in non-blocking pipeline mode on
  * the store's libuv loop.
  *
- * A small pool of connections (pool=N, default 2). Each runs in pipeline
- * mode: an operation is one prepared statement followed by a sync, so it is
- * its own transaction (one failure never takes others with it) while up to
- * MAX_IN_FLIGHT of them share the socket and its round trips. Results come
- * back in the order sent, so each connection keeps its operations in a FIFO.
+ * A small pool of connections (pool=N, default 2), each in pipeline mode.
+ * Operations submitted during one turn of the loop are sent together, at
+ * the end of that turn, as one batch: their statements back to back and one
+ * sync, so they share a round trip and one commit (one WAL flush) instead
+ * of one each. Callbacks run only once the batch has committed. Each
+ * operation is still one statement, atomic on its own; batching only lets
+ * several commit together (batch=N caps a batch; batch=1 commits every
+ * operation alone).
+ *
+ * Two things follow from sharing a transaction, and are handled here:
+ *  - row locks are held until the batch commits, so two batches (of two
+ *    connections or two gateways) taking the same keys in opposite orders
+ *    could deadlock. Every batch takes its keys in one global order, sorted
+ *    by (scope, key), stably so that the operations of one key keep theirs.
+ *  - one failing statement aborts its whole batch: nothing of it is
+ *    committed, so its operations are sent again one per transaction, and
+ *    only the one that fails on its own reports the error.
  *
  * A lost connection fails the operations it carried with IDEM_ESTORE (their
- * outcome is unknown to us: the statement may have committed) and comes
- * back with capped exponential backoff. While no connection is up, new
- * operations fail at once with IDEM_ESTORE instead of waiting: the gateway
- * answers 503 and the client retries.
+ * fate is unknown to us: the batch may have committed) and comes back with
+ * capped exponential backoff. While no connection is up, new operations fail
+ * at once with IDEM_ESTORE instead of waiting: the gateway answers 503 and
+ * the client retries.
  *
  * Opening connects once, blocking, to check the schema (IDEM_ESCHEMA with a
  * sentence telling to run `idem migrate`, or migrate=1 to migrate on open);
@@ -24,7 +36,7 @@
 #include "store/backend.h"
 #include "store/postgres.h"
 
-#define MAX_IN_FLIGHT 256
+#define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 
@@ -32,36 +44,84 @@ enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
 
 typedef struct pg_store pg_store;
 
+/* Operations sent with one sync: one transaction. */
+typedef struct batch {
+  struct batch *next;
+  int n;      /* operations */
+  int got;    /* statements whose results are all in */
+  int failed; /* an error came: nothing of the batch committed */
+  int err;    /* IDEM_E* of the first error */
+  idem_req **reqs;
+  PGresult **res;
+} batch;
+
 typedef struct {
   pg_store *st;
   int state;
   PGconn *pg;
-  uv_poll_t *poll; /* own allocation: it outlives a reconnect while closing */
+  uv_poll_t *poll; /* own allocation: closing it outlives a reconnect */
   int poll_fd;
   int poll_events;
   uv_timer_t timer; /* reconnect backoff */
   unsigned backoff_ms;
-  idem_req *head, *tail; /* sent, waiting for their results, in order */
-  size_t in_flight;
-  PGresult *cur; /* the result of the statement at head, kept until its sync */
+  batch *head, *tail; /* sent, waiting for their results, in order */
+  size_t in_flight;   /* operations in those batches */
+  PGresult *setup;    /* C_SETUP: the last result, or the first error */
 } pg_conn_t;
+
+typedef struct {
+  idem_req *head, *tail;
+  size_t n;
+} req_queue;
 
 struct pg_store {
   idem_store *store;
   idem_pg_uri uri;
   int nconns;
   pg_conn_t *conns;
-  idem_req *pending, *pending_tail; /* submitted, not yet sent */
-  int closing;
+  req_queue pending; /* submitted, not yet sent */
+  req_queue solo;    /* from a failed batch: sent again one per transaction */
+  uv_prepare_t prepare; /* sends what this turn of the loop submitted */
+  int prepare_closed;
+  int closing; /* 1: closing, 2: freed */
   int handles; /* libuv handles not yet closed */
   char *last_error;
 };
 
 static void conn_fail(pg_conn_t *c, const char *why);
+static void maybe_closed(pg_store *st);
 static void dispatch(pg_store *st);
 static void on_poll(uv_poll_t *handle, int status, int events);
 
 /* ---- small helpers ----------------------------------------------------- */
+
+static void push(req_queue *q, idem_req *req) {
+  req->next = NULL;
+  if (q->tail)
+    q->tail->next = req;
+  else
+    q->head = req;
+  q->tail = req;
+  q->n++;
+}
+
+static idem_req *pop(req_queue *q) {
+  idem_req *req = q->head;
+  if (req) {
+    q->head = req->next;
+    if (!q->head)
+      q->tail = NULL;
+    q->n--;
+    req->next = NULL;
+  }
+  return req;
+}
+
+static void fail_queue(req_queue *q, int err) {
+  idem_req *req;
+  while ((req = pop(q)))
+    idem_req_fail(req, err);
+}
 
 static int available(const pg_store *st) {
   for (int i = 0; i < st->nconns; i++)
@@ -75,26 +135,33 @@ static void set_error(pg_store *st, const char *why) {
   st->last_error = idem_pg_message("postgres", why);
 }
 
-static void fail_list(idem_req *req, int err) {
-  while (req) {
-    idem_req *next = req->next;
-    idem_req_fail(req, err);
-    req = next;
-  }
+static void batch_free(batch *b) {
+  for (int i = 0; i < b->n; i++)
+    PQclear(b->res[i]);
+  free(b);
 }
 
-static void fail_pending(pg_store *st, int err) {
-  idem_req *req = st->pending;
-  st->pending = st->pending_tail = NULL;
-  fail_list(req, err);
+static void on_handle_closed(uv_handle_t *handle) {
+  pg_store *st = handle->data;
+  st->handles--;
+  maybe_closed(st);
 }
 
+/* When closing and every connection is closed: close the prepare handle,
+ * then, once every handle is gone, free and tell the generic layer. */
 static void maybe_closed(pg_store *st) {
-  if (!st->closing || st->handles > 0 || st->closing == 2)
+  if (st->closing != 1)
     return;
   for (int i = 0; i < st->nconns; i++)
     if (st->conns[i].state != C_CLOSED)
       return;
+  if (!st->prepare_closed) {
+    st->prepare_closed = 1;
+    uv_close((uv_handle_t *)&st->prepare, on_handle_closed);
+    return;
+  }
+  if (st->handles > 0)
+    return;
   st->closing = 2;
   idem_store *store = st->store;
   free(st->uri.conninfo);
@@ -107,14 +174,15 @@ static void maybe_closed(pg_store *st) {
 /* ---- socket watching --------------------------------------------------- */
 
 static void on_poll_closed(uv_handle_t *handle) {
-  pg_conn_t *c = handle->data;
+  pg_store *st = handle->data;
   free(handle);
-  c->st->handles--;
-  maybe_closed(c->st);
+  st->handles--;
+  maybe_closed(st);
 }
 
 static void unwatch(pg_conn_t *c) {
   if (c->poll) {
+    c->poll->data = c->st; /* the close callback only needs the store */
     uv_close((uv_handle_t *)c->poll, on_poll_closed);
     c->poll = NULL;
   }
@@ -164,21 +232,32 @@ static int flush(pg_conn_t *c) {
 
 /* ---- connection life --------------------------------------------------- */
 
-static void on_timer_closed(uv_handle_t *handle) {
-  pg_conn_t *c = handle->data;
-  c->st->handles--;
-  maybe_closed(c->st);
-}
-
-static void conn_close(pg_conn_t *c) {
+/* Drop the connection and everything it carried (failed with IDEM_ESTORE). */
+static void conn_drop(pg_conn_t *c) {
   unwatch(c);
-  PQclear(c->cur);
-  c->cur = NULL;
+  PQclear(c->setup);
+  c->setup = NULL;
   if (c->pg)
     PQfinish(c->pg);
   c->pg = NULL;
+  batch *b = c->head;
+  c->head = c->tail = NULL;
+  c->in_flight = 0;
+  while (b) {
+    batch *next = b->next;
+    /* the batch may or may not have committed: the caller must know */
+    for (int i = 0; i < b->n; i++)
+      idem_req_fail(b->reqs[i], IDEM_ESTORE);
+    batch_free(b);
+    b = next;
+  }
+}
+
+static void conn_close(pg_conn_t *c) {
+  conn_drop(c);
   c->state = C_CLOSED;
-  uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+  c->timer.data = c->st;
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
 static void conn_start(pg_conn_t *c);
@@ -188,26 +267,18 @@ static void on_timer(uv_timer_t *timer) { conn_start(timer->data); }
 static void conn_fail(pg_conn_t *c, const char *why) {
   pg_store *st = c->st;
   set_error(st, why);
-  idem_req *lost = c->head;
-  c->head = c->tail = NULL;
-  c->in_flight = 0;
   if (st->closing) {
     conn_close(c);
   } else {
-    unwatch(c);
-    PQclear(c->cur);
-    c->cur = NULL;
-    if (c->pg)
-      PQfinish(c->pg);
-    c->pg = NULL;
+    conn_drop(c);
     c->state = C_DOWN;
     uv_timer_start(&c->timer, on_timer, c->backoff_ms, 0);
     c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
   }
-  /* their statements may or may not have committed: the caller must know */
-  fail_list(lost, IDEM_ESTORE);
-  if (!available(st))
-    fail_pending(st, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+  if (!available(st)) {
+    fail_queue(&st->solo, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+    fail_queue(&st->pending, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+  }
   maybe_closed(st);
 }
 
@@ -257,9 +328,14 @@ static void conn_start(pg_conn_t *c) {
 
 /* ---- results ----------------------------------------------------------- */
 
+static int is_error(const PGresult *r) {
+  ExecStatusType st = PQresultStatus(r);
+  return st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK;
+}
+
 static void setup_done(pg_conn_t *c) {
-  PGresult *r = c->cur;
-  c->cur = NULL;
+  PGresult *r = c->setup;
+  c->setup = NULL;
   char *msg = NULL;
   int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
   if (ok && idem_pg_schema_check(atoi(PQgetvalue(r, 0, 0)), &msg))
@@ -276,27 +352,33 @@ static void setup_done(pg_conn_t *c) {
   c->backoff_ms = BACKOFF_MIN_MS;
 }
 
-static void req_done(pg_conn_t *c) {
-  idem_req *req = c->head;
-  if (!req)
-    return;
-  c->head = req->next;
+/* The batch at the head has its sync: it committed, or nothing of it did. */
+static void batch_done(pg_conn_t *c) {
+  batch *b = c->head;
+  c->head = b->next;
   if (!c->head)
     c->tail = NULL;
-  c->in_flight--;
-  idem_pg_result_fill(&req->op, c->cur, &req->result, NULL);
-  PQclear(c->cur);
-  c->cur = NULL;
-  idem_req_finish(req);
+  c->in_flight -= (size_t)b->n;
+  pg_store *st = c->st;
+  if (!b->failed) {
+    for (int i = 0; i < b->n; i++) {
+      idem_req *req = b->reqs[i];
+      idem_pg_result_fill(&req->op, b->res[i], &req->result, NULL);
+      idem_req_finish(req);
+    }
+  } else if (b->n == 1) {
+    idem_req_fail(b->reqs[0], b->err);
+  } else {
+    /* rolled back as a whole: each goes again in a transaction of its own */
+    for (int i = 0; i < b->n; i++)
+      push(&st->solo, b->reqs[i]);
+  }
+  batch_free(b);
 }
 
-static int is_error(const PGresult *r) {
-  ExecStatusType st = PQresultStatus(r);
-  return st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK;
-}
-
-/* Take every result that has arrived. Each unit sent ends with a sync: the
- * statement's results (the first error wins), a NULL, then PIPELINE_SYNC. */
+/* Take every result that has arrived. A batch sends n statements and a
+ * sync: each statement's result, then a NULL; then PIPELINE_SYNC. After an
+ * error the rest of the batch comes back PIPELINE_ABORTED. */
 static void take_results(pg_conn_t *c) {
   int nulls = 0;
   while (c->pg && (c->state == C_SETUP || c->head)) {
@@ -306,6 +388,8 @@ static void take_results(pg_conn_t *c) {
     if (!r) {
       if (++nulls > 1)
         break;
+      if (c->state != C_SETUP && c->head->got < c->head->n)
+        c->head->got++;
       continue;
     }
     nulls = 0;
@@ -314,12 +398,27 @@ static void take_results(pg_conn_t *c) {
       if (c->state == C_SETUP)
         setup_done(c);
       else
-        req_done(c);
-    } else if (!c->cur || !is_error(c->cur)) { /* the last, or the first error */
-      PQclear(c->cur);
-      c->cur = r;
+        batch_done(c);
+    } else if (c->state == C_SETUP) {
+      if (!c->setup || !is_error(c->setup)) { /* the last, or the first error */
+        PQclear(c->setup);
+        c->setup = r;
+      } else {
+        PQclear(r);
+      }
     } else {
-      PQclear(r);
+      batch *b = c->head;
+      if (is_error(r)) {
+        if (!b->failed) {
+          b->failed = 1;
+          b->err = idem_pg_error_code(r);
+        }
+        PQclear(r);
+      } else if (b->got < b->n && !b->res[b->got]) {
+        b->res[b->got] = r;
+      } else {
+        PQclear(r);
+      }
     }
     if (c->pg && PQstatus(c->pg) == CONNECTION_BAD) {
       conn_fail(c, PQerrorMessage(c->pg));
@@ -330,7 +429,7 @@ static void take_results(pg_conn_t *c) {
 
 /* While closing: a connection with nothing left to carry closes. */
 static void close_idle(pg_store *st) {
-  if (!st->closing || st->pending)
+  if (!st->closing || st->pending.n || st->solo.n)
     return;
   for (int i = 0; i < st->nconns; i++)
     if (st->conns[i].state == C_READY && !st->conns[i].head)
@@ -365,41 +464,94 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
 
 /* ---- sending ----------------------------------------------------------- */
 
-static pg_conn_t *least_loaded(pg_store *st) {
+static pg_conn_t *least_loaded(pg_store *st, int *ready) {
   pg_conn_t *best = NULL;
+  *ready = 0;
   for (int i = 0; i < st->nconns; i++) {
     pg_conn_t *c = &st->conns[i];
-    if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT &&
-        (!best || c->in_flight < best->in_flight))
-      best = c;
+    if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT) {
+      ++*ready;
+      if (!best || c->in_flight < best->in_flight)
+        best = c;
+    }
   }
   return best;
 }
 
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
+/* The global lock order: (scope, key), then submission order. */
+static int by_scope_key(const void *x, const void *y) {
+  const idem_req *a = *(idem_req *const *)x, *b = *(idem_req *const *)y;
+  int c = strcmp(or_empty(a->op.scope), or_empty(b->op.scope));
+  if (!c)
+    c = strcmp(or_empty(a->op.key), or_empty(b->op.key));
+  return c;
+}
+
+static void sort_stable(idem_req **reqs, int n) {
+  /* insertion sort: batches are small, and it keeps equal keys in order */
+  for (int i = 1; i < n; i++) {
+    idem_req *r = reqs[i];
+    int j = i;
+    while (j > 0 && by_scope_key(&reqs[j - 1], &r) > 0) {
+      reqs[j] = reqs[j - 1];
+      j--;
+    }
+    reqs[j] = r;
+  }
+}
+
+/* Send n operations from q on c as one batch. */
+static void send_batch(pg_conn_t *c, req_queue *q, int n) {
+  batch *b = calloc(1, sizeof *b + (size_t)n * (sizeof *b->reqs + sizeof *b->res));
+  if (!b) {
+    for (int i = 0; i < n; i++)
+      idem_req_fail(pop(q), IDEM_ENOMEM);
+    return;
+  }
+  b->reqs = (idem_req **)(b + 1);
+  b->res = (PGresult **)(b->reqs + n);
+  b->n = n;
+  for (int i = 0; i < n; i++)
+    b->reqs[i] = pop(q);
+  sort_stable(b->reqs, n);
+  if (c->tail)
+    c->tail->next = b;
+  else
+    c->head = b;
+  c->tail = b;
+  c->in_flight += (size_t)n;
+  int ok = 1;
+  for (int i = 0; ok && i < n; i++) {
+    idem_pg_params p;
+    ok = idem_pg_params_build(&b->reqs[i]->op, &p) == 0;
+    const idem_pg_statement *s = &idem_pg_statements[p.stmt];
+    ok = ok && PQsendQueryPrepared(c->pg, s->name, p.n, p.values, p.lengths, p.formats, 1);
+  }
+  if (!ok || !PQpipelineSync(c->pg) || flush(c))
+    conn_fail(c, PQerrorMessage(c->pg));
+}
+
 static void dispatch(pg_store *st) {
   pg_conn_t *c;
-  while (st->pending && (c = least_loaded(st))) {
-    idem_req *req = st->pending;
-    st->pending = req->next;
-    if (!st->pending)
-      st->pending_tail = NULL;
-    req->next = NULL;
-    if (c->tail)
-      c->tail->next = req;
-    else
-      c->head = req;
-    c->tail = req;
-    c->in_flight++;
-    idem_pg_params p;
-    if (idem_pg_params_build(&req->op, &p)) {
-      conn_fail(c, "unknown operation");
-      continue;
-    }
-    const idem_pg_statement *s = &idem_pg_statements[p.stmt];
-    if (!PQsendQueryPrepared(c->pg, s->name, p.n, p.values, p.lengths, p.formats, 1) ||
-        !PQpipelineSync(c->pg) || flush(c))
-      conn_fail(c, PQerrorMessage(c->pg));
+  int ready;
+  while (st->solo.n && (c = least_loaded(st, &ready)))
+    send_batch(c, &st->solo, 1);
+  while (st->pending.n && (c = least_loaded(st, &ready))) {
+    /* spread a burst over the ready connections, a batch each */
+    size_t n = (st->pending.n + (size_t)ready - 1) / (size_t)ready;
+    if (n > (size_t)st->uri.batch)
+      n = (size_t)st->uri.batch;
+    if (n > MAX_IN_FLIGHT - c->in_flight)
+      n = MAX_IN_FLIGHT - c->in_flight;
+    send_batch(c, &st->pending, (int)n);
   }
+}
+
+static void on_prepare(uv_prepare_t *prepare) {
+  uv_prepare_stop(prepare);
+  dispatch(prepare->data);
 }
 
 /* ---- the backend ------------------------------------------------------- */
@@ -410,13 +562,9 @@ static void pg_submit(idem_store *store, idem_req *req) {
     idem_req_fail(req, IDEM_ESTORE);
     return;
   }
-  req->next = NULL;
-  if (st->pending_tail)
-    st->pending_tail->next = req;
-  else
-    st->pending = req;
-  st->pending_tail = req;
-  dispatch(st);
+  push(&st->pending, req);
+  /* sent at the end of this turn of the loop, with whatever else comes */
+  uv_prepare_start(&st->prepare, on_prepare);
 }
 
 /* Operations already submitted still run; connections close as they drain. */
@@ -428,8 +576,10 @@ static void pg_close(idem_store *store) {
     if (c->state == C_DOWN || c->state == C_CONNECTING)
       conn_close(c);
   }
-  if (!available(st))
-    fail_pending(st, IDEM_ECLOSED);
+  if (!available(st)) {
+    fail_queue(&st->solo, IDEM_ECLOSED);
+    fail_queue(&st->pending, IDEM_ECLOSED);
+  }
   close_idle(st);
   maybe_closed(st);
 }
@@ -465,6 +615,9 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
   st->nconns = u.pool;
   st->conns = conns;
   store->impl = st;
+  uv_prepare_init(store->loop, &st->prepare);
+  st->prepare.data = st;
+  st->handles++;
   for (int i = 0; i < st->nconns; i++) {
     pg_conn_t *c = &conns[i];
     c->st = st;

@@ -72,6 +72,7 @@ typedef struct {
   char *conninfo; /* the libpq URI, malloc'd */
   int migrate;    /* migrate=1: run the migrations on open */
   int pool;       /* pool=N: connections (1..64, default 2) */
+  int batch;      /* batch=N: most operations per transaction (1..1024, default 64) */
 } idem_pg_uri;
 
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg);

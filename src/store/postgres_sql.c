@@ -387,13 +387,17 @@ char *idem_pg_message(const char *prefix, const char *text) {
   if (!m)
     return NULL;
   snprintf(m, n, "%s: %s", prefix, text);
-  /* libpq's messages end in a newline and may continue on tab-led lines */
-  for (char *p = m; *p; p++)
-    if (*p == '\n' || *p == '\t')
-      *p = ' ';
-  size_t len = strlen(m);
+  /* libpq's messages end in a newline and may continue on tab-led lines:
+   * make one line of it */
+  size_t len = 0;
+  for (char *p = m; *p; p++) {
+    char ch = (*p == '\n' || *p == '\t') ? ' ' : *p;
+    if (ch != ' ' || (len && m[len - 1] != ' '))
+      m[len++] = ch;
+  }
   while (len && m[len - 1] == ' ')
-    m[--len] = '\0';
+    len--;
+  m[len] = '\0';
   return m;
 }
 
@@ -516,6 +520,7 @@ static int parse_flag(const char *v, size_t n, int *out) {
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
   memset(out, 0, sizeof *out);
   out->pool = 2;
+  out->batch = 64;
   if (strncmp(uri, "postgres://", 11) && strncmp(uri, "postgresql://", 13)) {
     if (errmsg)
       *errmsg = idem_pg_message("postgres", "the store URI must start with postgres:// or postgresql://");
@@ -549,6 +554,15 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
         bad = "pool= takes a number of connections from 1 to 64";
       else
         out->pool = (int)pool;
+    } else if (nlen == 5 && !strncmp(p, "batch", 5)) {
+      char num[8] = {0};
+      char *stop;
+      memcpy(num, v, vlen < 7 ? vlen : 7);
+      long batch = strtol(num, &stop, 10);
+      if (vlen == 0 || vlen > 4 || *stop || batch < 1 || batch > 1024)
+        bad = "batch= takes a number of operations per transaction from 1 to 1024";
+      else
+        out->batch = (int)batch;
     } else if (plen) {
       char sep = n == base ? '?' : '&';
       info[n++] = sep;

@@ -18,6 +18,8 @@
 #include <cmocka.h>
 #include <libpq-fe.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 
 #ifndef IDEM_TEST_SUPPORT
@@ -197,6 +199,36 @@ static void run_until(uv_loop_t *loop, int *flag, int target, int64_t deadline_m
   }
 }
 
+/* Operations of one loop turn share a transaction; one failing statement
+ * rolls it back, and the others are sent again, one per transaction. */
+static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, database("idem_test", "pool=1"), &store, NULL), 0);
+  tally t = {0};
+  char keys[10][32];
+  for (int i = 0; i < 10; i++) {
+    snprintf(keys[i], sizeof keys[i], "batch-%d", i);
+    idem_op op = claim_op(keys[i]);
+    assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+    if (i == 5) {
+      op.scope = "bad \xff scope"; /* not UTF-8: the server refuses it */
+      assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+    }
+  }
+  run_until(&loop, &t.done, 11, 10000);
+  assert_int_equal(t.ok, 10);
+  assert_int_equal(t.estore, 1);
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void server_stop_and_start_fails_fast_then_recovers(void **state) {
   (void)state;
   const char *stop = getenv("IDEM_TEST_PG_STOP"), *start = getenv("IDEM_TEST_PG_START");
@@ -291,6 +323,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(migrate_is_idempotent_and_refuses_newer),
       cmocka_unit_test(uri_options_are_checked),
       cmocka_unit_test(rolled_back_claim_leaves_nothing),
+      cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,225 @@
+/*
+ * pg_bench.c - claim+complete throughput of the PostgreSQL store.
+ *
+ *   pg_bench run URI [IN_FLIGHT] [SECONDS]
+ *       one loop, one store handle (its pool: pool=N in URI), keeps
+ *       IN_FLIGHT claim+complete pairs in flight, each on a fresh key, for
+ *       SECONDS. Prints one line of key=value figures: pairs per second and
+ *       the latency of a pair (p50, p99).
+ *   pg_bench script
+ *       prints a pgbench script running the very statements the store
+ *       prepares (claim, then complete of a fresh key), so that
+ *       bench/pg_bench.sh can time them with pgbench on the same server.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <uv.h>
+
+#include "idem/idem.h"
+#include "store/postgres.h"
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static const char body[] = "{\"ok\":true,\"id\":\"bench\"}";
+static const char headers[] = "Content-Type: application/json\r\n";
+
+typedef struct bench bench;
+
+typedef struct {
+  bench *b;
+  char key[64];
+  uint64_t fence;
+  int64_t started;
+} pair;
+
+struct bench {
+  idem_store *store;
+  int64_t end_ns;
+  uint64_t seq, done, errors;
+  int outstanding;
+  int64_t *lat; /* pair latencies in microseconds */
+  size_t nlat, cap;
+  int stopping;
+  char run[32];
+};
+
+static void start_pair(pair *p);
+
+static void on_complete(idem_store *s, const idem_result *res, void *arg) {
+  (void)s;
+  pair *p = arg;
+  bench *b = p->b;
+  b->outstanding--;
+  if (res->err) {
+    b->errors++;
+  } else {
+    b->done++;
+    if (b->nlat == b->cap) {
+      b->cap = b->cap ? b->cap * 2 : 65536;
+      b->lat = realloc(b->lat, b->cap * sizeof *b->lat);
+    }
+    b->lat[b->nlat++] = (mono_ns() - p->started) / 1000;
+  }
+  start_pair(p);
+}
+
+static void on_claim(idem_store *s, const idem_result *res, void *arg) {
+  pair *p = arg;
+  bench *b = p->b;
+  if (res->err || res->outcome != IDEM_CLAIMED) {
+    b->errors++;
+    b->outstanding--;
+    start_pair(p);
+    return;
+  }
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .scope = "bench", .key = p->key,
+                .fence = res->fence, .ttl_ms = 24 * 3600 * 1000,
+                .response = {.status = 200, .headers = headers,
+                             .headers_len = sizeof headers - 1, .body = body,
+                             .body_len = sizeof body - 1}};
+  if (idem_store_submit(s, &op, on_complete, p)) {
+    b->errors++;
+    b->outstanding--;
+  }
+}
+
+static void start_pair(pair *p) {
+  bench *b = p->b;
+  if (b->stopping || mono_ns() >= b->end_ns) {
+    b->stopping = 1;
+    return;
+  }
+  snprintf(p->key, sizeof p->key, "%s-%llu", b->run, (unsigned long long)b->seq++);
+  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = "bench", .key = p->key,
+                .lease_ms = 30000, .ttl_ms = 24 * 3600 * 1000};
+  idem_fingerprint("POST", "/bench", body, sizeof body - 1, 0, op.fingerprint);
+  p->started = mono_ns();
+  if (idem_store_submit(b->store, &op, on_claim, p) == 0)
+    b->outstanding++;
+  else
+    b->errors++;
+}
+
+static int cmp64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static double pct_ms(bench *b, double q) {
+  if (!b->nlat)
+    return 0;
+  size_t i = (size_t)(q * (double)(b->nlat - 1));
+  return (double)b->lat[i] / 1000.0;
+}
+
+static void on_closed(idem_store *s, void *arg) {
+  (void)s;
+  *(int *)arg = 1;
+}
+
+static int run(const char *uri, int in_flight, double secs) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  bench b = {0};
+  snprintf(b.run, sizeof b.run, "r%lld", (long long)idem_now_ms());
+  char *msg = NULL;
+  int err = idem_store_open(&loop, uri, &b.store, &msg);
+  if (err) {
+    fprintf(stderr, "pg_bench: %s: %s\n", idem_strerror(err), msg ? msg : "");
+    free(msg);
+    return 1;
+  }
+  pair *pairs = calloc((size_t)in_flight, sizeof *pairs);
+  int64_t t0 = mono_ns();
+  b.end_ns = t0 + (int64_t)(secs * 1e9);
+  for (int i = 0; i < in_flight; i++) {
+    pairs[i].b = &b;
+    start_pair(&pairs[i]);
+  }
+  while (!b.stopping || b.outstanding > 0)
+    uv_run(&loop, UV_RUN_ONCE);
+  double elapsed = (double)(mono_ns() - t0) / 1e9;
+  int closed = 0;
+  idem_store_close(b.store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  qsort(b.lat, b.nlat, sizeof *b.lat, cmp64);
+  const char *pool = strstr(uri, "pool=");
+  printf("tool=idem pool=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
+         "pairs_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f\n",
+         pool ? atoi(pool + 5) : 2, in_flight, (unsigned long long)b.done,
+         (unsigned long long)b.errors, elapsed, (double)b.done / elapsed, pct_ms(&b, 0.50),
+         pct_ms(&b, 0.99));
+  free(b.lat);
+  free(pairs);
+  return b.errors ? 1 : 0;
+}
+
+/* The store's statement with its $N parameters replaced by pgbench text. */
+static void print_statement(idem_pg_stmt stmt, const char *const *args) {
+  for (const char *p = idem_pg_statements[stmt].sql; *p; p++) {
+    if (*p == '$' && p[1] >= '1' && p[1] <= '9') {
+      fputs(args[p[1] - '1'], stdout);
+      p++;
+    } else {
+      putchar(*p);
+    }
+  }
+  puts(";");
+}
+
+/* bytes as a bytea hex literal: pgbench would take ":name" inside a string
+ * literal for a variable */
+static char *hex_literal(const char *bytes, size_t n) {
+  char *out = malloc(2 * n + 16);
+  char *p = out + sprintf(out, "'\\x");
+  for (size_t i = 0; i < n; i++)
+    p += sprintf(p, "%02x", (unsigned char)bytes[i]);
+  strcpy(p, "'::bytea");
+  return out;
+}
+
+static void script(void) {
+  char *h = hex_literal(headers, sizeof headers - 1), *b = hex_literal(body, sizeof body - 1);
+  /* a fresh key per transaction: client id and a random 48-bit number */
+  const char *const claim[] = {
+      "'bench'", "('p' || :client_id::text || '-' || :n::text)",
+      "'\\x0001020304050607080910111213141516171819202122232425262728293031'::bytea",
+      "30000", "86400000", "false"};
+  const char *const complete[] = {
+      "'bench'", "('p' || :client_id::text || '-' || :n::text)", "1", "86400000", "2", "200",
+      h, b};
+  puts("\\set n random(1, 281474976710655)");
+  print_statement(IDEM_PG_CLAIM, claim);
+  print_statement(IDEM_PG_FINISH, complete);
+  free(h);
+  free(b);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "script")) {
+    script();
+    return 0;
+  }
+  if (argc < 3 || strcmp(argv[1], "run")) {
+    fprintf(stderr, "usage: pg_bench run URI [IN_FLIGHT] [SECONDS] | pg_bench script\n");
+    return 2;
+  }
+  int in_flight = argc > 3 ? atoi(argv[3]) : 64;
+  double secs = argc > 4 ? atof(argv[4]) : 5;
+  if (in_flight < 1 || secs <= 0) {
+    fprintf(stderr, "pg_bench: IN_FLIGHT and SECONDS must be positive\n");
+    return 2;
+  }
+  return run(argv[2], in_flight, secs);
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# pg_bench.sh - claim+complete throughput of the PostgreSQL store against
+# pgbench running the very same statements on the same server, in one run.
+# Rounds alternate the tools so that a noisy neighbour hurts them alike; the
+# report uses the median of each. Writes bench/results/postgres.md.
+#
+#   bench/pg_bench.sh [SECONDS_PER_RUN=5] [ROUNDS=3] [IN_FLIGHT=64] [POOL=4]
+#
+# The server is a throwaway one (tests/support/with-postgres.sh: initdb in a
+# temp dir, fsync on, synchronous_commit on), unless IDEM_TEST_PG_URI names
+# one (then IDEM_TEST_PG_BIN must hold pgbench). IDEM_BUILD: the build dir
+# holding pg_bench (default ./build).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+if [ -z "${IDEM_TEST_PG_URI:-}" ]; then
+  exec "$repo/tests/support/with-postgres.sh" "$here/pg_bench.sh" "$@"
+fi
+
+secs=${1:-5}
+rounds=${2:-3}
+conc=${3:-64}
+pool=${4:-4}
+build=${IDEM_BUILD:-$repo/build}
+bin=$build/pg_bench
+pgbench=${IDEM_TEST_PG_BIN:-$(pg_config --bindir)}/pgbench
+uri=$IDEM_TEST_PG_URI
+out=$repo/bench/results/postgres.md
+command="bench/pg_bench.sh $*"
+
+[ -x "$bin" ] || { echo "pg_bench.sh: no $bin (build first, or set IDEM_BUILD)" >&2; exit 2; }
+[ -x "$pgbench" ] || { echo "pg_bench.sh: no pgbench at $pgbench" >&2; exit 2; }
+mkdir -p "$repo/bench/results"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+runs=$work/runs
+script=$work/claim_complete.sql
+"$bin" script >"$script"
+
+# schema, and a warm table
+"$bin" run "$uri?migrate=1&pool=$pool" "$conc" 1 >/dev/null
+
+idem() { # in_flight
+  "$bin" run "$uri?pool=$pool" "$1" "$secs" | tee -a "$runs"
+}
+
+pgb() { # clients
+  local threads=$(($1 < 2 ? 1 : 2))
+  "$pgbench" -n -M prepared -c "$1" -j "$threads" -T "$secs" -f "$script" "$uri" >"$work/pgbench.out" 2>&1 ||
+    { cat "$work/pgbench.out" >&2; exit 1; }
+  awk -v c="$1" '
+    /^number of failed transactions/ { failed = $5 }
+    /^latency average/ { lat = $4 }
+    /^tps = / { tps = $3 }
+    END { printf "tool=pgbench clients=%d tps=%.0f latency_avg_ms=%.2f failed=%s\n", c, tps, lat, failed == "" ? 0 : failed }
+  ' "$work/pgbench.out" | tee -a "$runs"
+}
+
+echo "postgres bench: $rounds rounds of ${secs}s per tool, $conc pairs in flight, pool $pool, on $uri"
+for r in $(seq 1 "$rounds"); do
+  idem "$conc"
+  pgb "$pool"
+  pgb "$conc"
+done
+# light load: one pair at a time (latency of a durable claim+complete)
+idem 1
+pgb 1
+
+# field F of the median run of TOOL with K=V
+median() { # tool key value field
+  awk -v tool="$1" -v k="$2" -v want="$3" -v f="$4" '
+    { t = ""; kv = ""; v = ""
+      for (i = 1; i <= NF; i++) { split($i, p, "=")
+        if (p[1] == "tool") t = p[2]; if (p[1] == k) kv = p[2]; if (p[1] == f) v = p[2] }
+      if (t == tool && kv == want) print v }' "$runs" |
+    sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'
+}
+
+i_tps=$(median idem in_flight "$conc" pairs_per_sec)
+i_p50=$(median idem in_flight "$conc" p50_ms)
+i_p99=$(median idem in_flight "$conc" p99_ms)
+p_pool=$(median pgbench clients "$pool" tps)
+p_pool_lat=$(median pgbench clients "$pool" latency_avg_ms)
+p_conc=$(median pgbench clients "$conc" tps)
+p_conc_lat=$(median pgbench clients "$conc" latency_avg_ms)
+i1=$(median idem in_flight 1 pairs_per_sec)
+i1_p50=$(median idem in_flight 1 p50_ms)
+p1=$(median pgbench clients 1 tps)
+p1_lat=$(median pgbench clients 1 latency_avg_ms)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+
+cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
+server=$(psql -X -tA -d "$uri" -c "SHOW server_version" 2>/dev/null ||
+  "${IDEM_TEST_PG_BIN:-/usr/bin}/psql" -X -tA -d "$uri" -c "SHOW server_version")
+rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+{
+  echo "# PostgreSQL store: claim+complete throughput against pgbench"
+  echo
+  echo "Made by \`$command\` (IDEM_BUILD=$build) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev."
+  echo
+  echo "A *pair* is one claim and one complete of a fresh key: two statements, each its"
+  echo "own transaction, each committed (WAL flushed, fsync on) before its answer."
+  echo "*idem* is the store as the gateway uses it: one libuv loop, a pool of $pool"
+  echo "connections in pipeline mode, $conc pairs in flight (\`bench/pg_bench.c\`)."
+  echo "*pgbench* runs the same two prepared statements (printed by \`pg_bench script\`)"
+  echo "on the same server, one pair per pgbench transaction, with as many connections"
+  echo "as idem's pool, and with a connection per pair in flight. $rounds rounds of"
+  echo "${secs}s, tools alternating; medians below."
+  echo
+  echo "| run | pairs/s | statements/s | pair latency |"
+  echo "| --- | ---: | ---: | ---: |"
+  echo "| idem, pool $pool, $conc in flight | $i_tps | $(awk -v g="$i_tps" 'BEGIN { print 2 * g }') | p50 ${i_p50} ms, p99 ${i_p99} ms |"
+  echo "| pgbench, $pool connections | $p_pool | $(awk -v g="$p_pool" 'BEGIN { print 2 * g }') | avg ${p_pool_lat} ms |"
+  echo "| pgbench, $conc connections | $p_conc | $(awk -v g="$p_conc" 'BEGIN { print 2 * g }') | avg ${p_conc_lat} ms |"
+  echo "| idem, 1 in flight | $i1 | | p50 ${i1_p50} ms |"
+  echo "| pgbench, 1 connection | $p1 | | avg ${p1_lat} ms |"
+  echo
+  echo "**idem: $(ratio "$i_tps" "$p_pool")x pgbench on the same $pool connections, $(ratio "$i_tps" "$p_conc")x pgbench"
+  echo "with $conc connections**; one pair at a time: $(ratio "$i1" "$p1")x."
+  echo
+  echo "Each statement commits on its own, so throughput is bounded by how many WAL"
+  echo "flushes the server makes and how many commits share one (PostgreSQL's group"
+  echo "commit across backends). Pipelining lets one connection carry many statements"
+  echo "per round trip, but on one connection they still commit one after another."
+  echo
+  echo "## Machine"
+  echo
+  echo "- CPU: $cpu, $(nproc) cores (shared with other jobs while this ran: load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "- Memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+  echo "- Kernel: $(uname -sr); PostgreSQL $server (throwaway cluster, fsync on, shared_buffers 32MB)"
+  echo
+  echo "## Raw runs"
+  echo
+  echo '```'
+  cat "$runs"
+  echo '```'
+} >"$out"
+echo "wrote $out"
