@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 #include "store/redis.h"
 

@@ -25,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <uv.h>
+/* libuv's loop (uv_loop_t). Declared, not included, so that this header
+ * compiles under strict -std=c11 without libuv's POSIX requirements. */
+struct uv_loop_s;
 
 #ifdef __cplusplus
 extern "C" {
@@ -242,7 +244,7 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  * When errmsg is not NULL, a malloc'd sentence with detail is left there on
  * failure (free it).
  */
-int idem_store_open(uv_loop_t *loop, const char *uri, idem_store **out,
+int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out,
                     char **errmsg);
 
 /* Submit one operation. The op and everything it points to is copied, so it

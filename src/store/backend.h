@@ -19,6 +19,8 @@
 
 #include <pthread.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 
 typedef struct idem_req idem_req;

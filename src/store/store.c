@@ -92,7 +92,7 @@ void idem_backend_closed(idem_store *store) {
   finish_close_if_idle(store);
 }
 
-int idem_store_open(uv_loop_t *loop, const char *uri, idem_store **out, char **errmsg) {
+int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, char **errmsg) {
   if (errmsg)
     *errmsg = NULL;
   if (!loop || !uri || !out)

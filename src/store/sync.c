@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 
 struct idem_sync {

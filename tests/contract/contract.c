@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 
 static const char *store_uri;

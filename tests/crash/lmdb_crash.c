@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 
 #define IN_FLIGHT 64

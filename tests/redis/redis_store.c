@@ -18,6 +18,8 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 #include "store/redis.h"
 

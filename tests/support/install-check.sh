@@ -14,7 +14,8 @@ test -f "$tmp/prefix/include/idem/idem.h"
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cflags --libs idem) \
   -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/claim_once_shared"
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cflags idem) \
-  "$(pkg-config --variable=libdir idem)/libidem.a" $(pkg-config --libs --static idem | sed 's/-lidem//') \
+  "$(pkg-config --variable=libdir idem)/libidem.a" \
+  $(pkg-config --libs libuv libcrypto lmdb hiredis libpq) -lpthread -lm \
   -o "$tmp/claim_once_static"
 first=$("$tmp/claim_once_shared" "lmdb:$tmp/store" order-7)
 second=$("$tmp/claim_once_static" "lmdb:$tmp/store" order-7)

@@ -1,5 +1,6 @@
 /* test_key.c - Idempotency-Key parsing and validation, and the duration and
  * size syntax of flags. */
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

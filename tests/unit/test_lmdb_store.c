@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include <uv.h>
+
 #include "idem/idem.h"
 #include "store/lmdb.h"
 

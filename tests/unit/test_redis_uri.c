@@ -1,6 +1,7 @@
 /* test_redis_uri.c - redis:// URIs, and the names records get in Redis:
  * every part of the URI, every malformed one refused with a sentence, and
  * record names that split back into the same (scope, key). */
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
