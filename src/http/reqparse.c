@@ -34,6 +34,7 @@ static int on_message_begin(http_parser *p) {
   }
   rp->head_bytes = 0;
   rp->started = 1;
+  rp->in_body = 0;
   return 0;
 }
 
@@ -55,6 +56,8 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
+  if (rp->in_body)
+    return 0; /* trailer fields are dropped: never forwarded as headers */
   /* ": " and CRLF count once per header, however the name arrives */
   int fresh = rp->cur->headers.n == 0 || rp->cur->headers.in_value;
   if (count_head(rp, len + (fresh ? 4 : 0)))
@@ -66,6 +69,8 @@ static int on_header_field(http_parser *p, const char *at, size_t len) {
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
+  if (rp->in_body)
+    return 0;
   if (count_head(rp, len))
     return -1;
   if (gw_headers_on_value(&rp->cur->headers, at, len))
@@ -77,6 +82,7 @@ static int on_headers_complete(http_parser *p) {
   gw_reqparser *rp = of(p);
   gw_request *r = rp->cur;
   gw_headers_done(&r->headers);
+  rp->in_body = 1;
   /* keep the target NUL-terminated for callers that want a C string */
   if (gw_buf_append(&r->target, "", 1))
     return refuse(rp, 503, "out of memory");
@@ -280,6 +286,7 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->started = 0;
   rp->head_bytes = 0;
   rp->chunked = 0;
+  rp->in_body = 0;
   rp->crlf_left = 0;
   rp->state = ST_NONE;
   return r;

@@ -48,6 +48,7 @@ typedef struct {
   int state;         /* internal: what the last callback decided */
   int error_status;  /* 400, 413, 431 */
   int chunked;       /* the current request has a chunked body */
+  int in_body;       /* past the head: header callbacks now are trailers */
   const char *feed_base; /* the buffer being fed, for on_body's checks */
   size_t feed_len;
   int crlf_left;     /* bytes of a chunk's closing CRLF still to check */

@@ -25,6 +25,7 @@ typedef struct up_conn {
   int msg_done;
   int too_large;
   int writing;
+  int in_body; /* header callbacks now carry trailers: dropped */
   size_t got;
   /* the request in flight */
   const uv_buf_t *bufs;
@@ -133,19 +134,21 @@ static int r_begin(http_parser *p) {
   up_conn *c = p->data;
   gw_headers_reset(&c->resp->headers);
   c->resp->body.len = 0;
+  c->in_body = 0;
   return 0;
 }
 static int r_field(http_parser *p, const char *at, size_t len) {
   up_conn *c = p->data;
-  return gw_headers_on_field(&c->resp->headers, at, len);
+  return c->in_body ? 0 : gw_headers_on_field(&c->resp->headers, at, len);
 }
 static int r_value(http_parser *p, const char *at, size_t len) {
   up_conn *c = p->data;
-  return gw_headers_on_value(&c->resp->headers, at, len);
+  return c->in_body ? 0 : gw_headers_on_value(&c->resp->headers, at, len);
 }
 static int r_headers_complete(http_parser *p) {
   up_conn *c = p->data;
   gw_headers_done(&c->resp->headers);
+  c->in_body = 1;
   c->resp->status = p->status_code;
   if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
     if (p->content_length > c->pool->cfg->max_response) {

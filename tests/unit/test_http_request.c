@@ -184,6 +184,20 @@ static void test_expect_continue_and_versions(void **state) {
   release(&o);
 }
 
+static void test_trailers_dropped(void **state) {
+  (void)state;
+  /* a trailer must never turn into a header forwarded upstream */
+  static const char text[] =
+      "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "1\r\na\r\n0\r\nContent-Length : 9\r\nX-T: v\r\n\r\n";
+  outcome o;
+  run(S(text), 0, &o);
+  assert_int_equal(o.n, 1);
+  assert_int_equal(o.req[0]->headers.n, 2);
+  assert_null(gw_headers_get(&o.req[0]->headers, "X-T", NULL, NULL));
+  release(&o);
+}
+
 static void test_eof_and_partial(void **state) {
   (void)state;
   gw_reqparser rp;
@@ -201,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_ambiguous_framing),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_expect_continue_and_versions),
+      cmocka_unit_test(test_trailers_dropped),
       cmocka_unit_test(test_eof_and_partial),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
