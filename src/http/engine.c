@@ -104,7 +104,29 @@ static void problem(gw_exchange *ex, gw_outcome outcome, int status,
   gw_conn_problem(ex, status, slug, title, detail, extra, 0);
 }
 
+static const char *const up_kind_text[] = {
+    [UP_OK] = "answered",
+    [UP_CONNECT_FAILED] = "unreachable (not sent)",
+    [UP_TIMEOUT] = "timed out",
+    [UP_RESET] = "connection broke before a complete answer",
+    [UP_BAD_RESPONSE] = "answer was not valid HTTP",
+    [UP_TOO_LARGE] = "answer exceeded --max-response",
+};
+
 static void answer_upstream_failure(gw_exchange *ex) {
+  const gw_request *r = ex->req;
+  if (ex->claimed)
+    fprintf(stderr,
+            "idem serve: upstream %s %.*s: %s; key '%s' (fence %" PRIu64 ") %s\n",
+            r->method, (int)(r->target.len > 200 ? 200 : r->target.len),
+            r->target.p, up_kind_text[ex->up.kind], ex->key, ex->fence,
+            ex->up.kind == UP_CONNECT_FAILED ? "released"
+            : ex->up.kind == UP_TOO_LARGE    ? "completed with a 502"
+                                             : "stays locked until its lease ends");
+  else
+    fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method,
+            (int)(r->target.len > 200 ? 200 : r->target.len), r->target.p,
+            up_kind_text[ex->up.kind]);
   switch (ex->up.kind) {
   case UP_TIMEOUT:
     problem(ex, GW_OUT_UPSTREAM_TIMEOUT, 504, "upstream-timeout",

@@ -201,6 +201,12 @@ int gw_run(const gw_config *cfg) {
   struct sockaddr_storage up;
   if (resolve_upstream(cfg, &up))
     return 1;
+  if (cfg->upstream_timeout_ms > cfg->lock_ttl_ms)
+    fprintf(stderr,
+            "idem serve: warning: --upstream-timeout (%lldms) is longer than "
+            "--lock-ttl (%lldms): a request still running when its lease ends "
+            "can be taken over and run again\n",
+            (long long)cfg->upstream_timeout_ms, (long long)cfg->lock_ttl_ms);
 
   int port = cfg->listen.port;
   int n = cfg->workers;
