@@ -154,10 +154,10 @@ static int run(const char *uri, int in_flight, double secs) {
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   qsort(b.lat, b.nlat, sizeof *b.lat, cmp64);
-  const char *pool = strstr(uri, "pool=");
-  printf("tool=idem pool=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
+  const char *pool = strstr(uri, "pool="), *batch = strstr(uri, "batch=");
+  printf("tool=idem pool=%d batch=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
          "pairs_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f\n",
-         pool ? atoi(pool + 5) : 2, in_flight, (unsigned long long)b.done,
+         pool ? atoi(pool + 5) : 2, batch ? atoi(batch + 6) : 64, in_flight, (unsigned long long)b.done,
          (unsigned long long)b.errors, elapsed, (double)b.done / elapsed, pct_ms(&b, 0.50),
          pct_ms(&b, 0.99));
   free(b.lat);

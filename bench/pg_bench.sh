@@ -41,8 +41,8 @@ script=$work/claim_complete.sql
 # schema, and a warm table
 "$bin" run "$uri?migrate=1&pool=$pool" "$conc" 1 >/dev/null
 
-idem() { # in_flight
-  "$bin" run "$uri?pool=$pool" "$1" "$secs" | tee -a "$runs"
+idem() { # in_flight [batch]
+  "$bin" run "$uri?pool=$pool&batch=${2:-64}" "$1" "$secs" | tee -a "$runs"
 }
 
 pgb() { # clients
@@ -60,6 +60,7 @@ pgb() { # clients
 echo "postgres bench: $rounds rounds of ${secs}s per tool, $conc pairs in flight, pool $pool, on $uri"
 for r in $(seq 1 "$rounds"); do
   idem "$conc"
+  idem "$conc" 1
   pgb "$pool"
   pgb "$conc"
 done
@@ -67,27 +68,33 @@ done
 idem 1
 pgb 1
 
-# field F of the median run of TOOL with K=V
-median() { # tool key value field
-  awk -v tool="$1" -v k="$2" -v want="$3" -v f="$4" '
-    { t = ""; kv = ""; v = ""
-      for (i = 1; i <= NF; i++) { split($i, p, "=")
-        if (p[1] == "tool") t = p[2]; if (p[1] == k) kv = p[2]; if (p[1] == f) v = p[2] }
-      if (t == tool && kv == want) print v }' "$runs" |
+# field F of the median run matching every K=V of a comma-separated filter
+median() { # filter field
+  awk -v filter="$1" -v f="$2" '
+    BEGIN { n = split(filter, conds, ",") }
+    { delete kv; v = ""
+      for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+      ok = 1
+      for (j = 1; j <= n; j++) { split(conds[j], c, "="); if (kv[c[1]] != c[2]) ok = 0 }
+      if (ok) print kv[f] }' "$runs" |
     sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'
 }
 
-i_tps=$(median idem in_flight "$conc" pairs_per_sec)
-i_p50=$(median idem in_flight "$conc" p50_ms)
-i_p99=$(median idem in_flight "$conc" p99_ms)
-p_pool=$(median pgbench clients "$pool" tps)
-p_pool_lat=$(median pgbench clients "$pool" latency_avg_ms)
-p_conc=$(median pgbench clients "$conc" tps)
-p_conc_lat=$(median pgbench clients "$conc" latency_avg_ms)
-i1=$(median idem in_flight 1 pairs_per_sec)
-i1_p50=$(median idem in_flight 1 p50_ms)
-p1=$(median pgbench clients 1 tps)
-p1_lat=$(median pgbench clients 1 latency_avg_ms)
+i_tps=$(median "tool=idem,batch=64,in_flight=$conc" pairs_per_sec)
+i_p50=$(median "tool=idem,batch=64,in_flight=$conc" p50_ms)
+i_p99=$(median "tool=idem,batch=64,in_flight=$conc" p99_ms)
+s_tps=$(median "tool=idem,batch=1,in_flight=$conc" pairs_per_sec)
+s_p50=$(median "tool=idem,batch=1,in_flight=$conc" p50_ms)
+s_p99=$(median "tool=idem,batch=1,in_flight=$conc" p99_ms)
+p_pool=$(median "tool=pgbench,clients=$pool" tps)
+p_pool_lat=$(median "tool=pgbench,clients=$pool" latency_avg_ms)
+p_conc=$(median "tool=pgbench,clients=$conc" tps)
+p_conc_lat=$(median "tool=pgbench,clients=$conc" latency_avg_ms)
+i1=$(median "tool=idem,in_flight=1" pairs_per_sec)
+i1_p50=$(median "tool=idem,in_flight=1" p50_ms)
+i1_p99=$(median "tool=idem,in_flight=1" p99_ms)
+p1=$(median "tool=pgbench,clients=1" tps)
+p1_lat=$(median "tool=pgbench,clients=1" latency_avg_ms)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
@@ -100,30 +107,35 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo
   echo "Made by \`$command\` (IDEM_BUILD=$build) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev."
   echo
-  echo "A *pair* is one claim and one complete of a fresh key: two statements, each its"
-  echo "own transaction, each committed (WAL flushed, fsync on) before its answer."
-  echo "*idem* is the store as the gateway uses it: one libuv loop, a pool of $pool"
-  echo "connections in pipeline mode, $conc pairs in flight (\`bench/pg_bench.c\`)."
-  echo "*pgbench* runs the same two prepared statements (printed by \`pg_bench script\`)"
-  echo "on the same server, one pair per pgbench transaction, with as many connections"
-  echo "as idem's pool, and with a connection per pair in flight. $rounds rounds of"
-  echo "${secs}s, tools alternating; medians below."
+  echo "A *pair* is one claim and one complete of a fresh key: two statements, each"
+  echo "answered only once committed (WAL flushed, fsync on). *idem* is the store as"
+  echo "the gateway uses it (\`bench/pg_bench.c\`): one libuv loop, a pool of $pool"
+  echo "connections in pipeline mode, $conc pairs in flight; the operations submitted in"
+  echo "one turn of the loop go out as one batch, one transaction (\`batch=64\`, the"
+  echo "default), or each in its own (\`batch=1\`). *pgbench* runs the same two"
+  echo "prepared statements (printed by \`pg_bench script\`) on the same server, each"
+  echo "in its own transaction (autocommit), with as many connections as idem's pool,"
+  echo "and with a connection per pair in flight. $rounds rounds of ${secs}s, tools"
+  echo "alternating; medians below."
   echo
   echo "| run | pairs/s | statements/s | pair latency |"
   echo "| --- | ---: | ---: | ---: |"
   echo "| idem, pool $pool, $conc in flight | $i_tps | $(awk -v g="$i_tps" 'BEGIN { print 2 * g }') | p50 ${i_p50} ms, p99 ${i_p99} ms |"
+  echo "| idem batch=1, pool $pool, $conc in flight | $s_tps | $(awk -v g="$s_tps" 'BEGIN { print 2 * g }') | p50 ${s_p50} ms, p99 ${s_p99} ms |"
   echo "| pgbench, $pool connections | $p_pool | $(awk -v g="$p_pool" 'BEGIN { print 2 * g }') | avg ${p_pool_lat} ms |"
   echo "| pgbench, $conc connections | $p_conc | $(awk -v g="$p_conc" 'BEGIN { print 2 * g }') | avg ${p_conc_lat} ms |"
-  echo "| idem, 1 in flight | $i1 | | p50 ${i1_p50} ms |"
+  echo "| idem, 1 in flight | $i1 | | p50 ${i1_p50} ms, p99 ${i1_p99} ms |"
   echo "| pgbench, 1 connection | $p1 | | avg ${p1_lat} ms |"
   echo
   echo "**idem: $(ratio "$i_tps" "$p_pool")x pgbench on the same $pool connections, $(ratio "$i_tps" "$p_conc")x pgbench"
-  echo "with $conc connections**; one pair at a time: $(ratio "$i1" "$p1")x."
+  echo "with $conc connections**; one pair at a time: $(ratio "$i1" "$p1")x. Batching is worth"
+  echo "$(ratio "$i_tps" "$s_tps")x over a transaction per operation on the same pipelined connections."
   echo
-  echo "Each statement commits on its own, so throughput is bounded by how many WAL"
-  echo "flushes the server makes and how many commits share one (PostgreSQL's group"
-  echo "commit across backends). Pipelining lets one connection carry many statements"
-  echo "per round trip, but on one connection they still commit one after another."
+  echo "A durable commit waits for a WAL flush, so the rate is set by how many commits"
+  echo "share one flush. pgbench gets its sharing from PostgreSQL's group commit across"
+  echo "backends: many connections committing at once. Pipelining alone saves round"
+  echo "trips but, on one connection, the commits still come one after another"
+  echo "(\`batch=1\`); a batch makes many operations one commit on few connections."
   echo
   echo "## Machine"
   echo

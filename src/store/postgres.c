@@ -539,8 +539,9 @@ static void dispatch(pg_store *st) {
   while (st->solo.n && (c = least_loaded(st, &ready)))
     send_batch(c, &st->solo, 1);
   while (st->pending.n && (c = least_loaded(st, &ready))) {
-    /* spread a burst over the ready connections, a batch each */
-    size_t n = (st->pending.n + (size_t)ready - 1) / (size_t)ready;
+    /* one batch takes all it may: fewer, larger commits; the other
+     * connections carry the next turns' batches meanwhile */
+    size_t n = st->pending.n;
     if (n > (size_t)st->uri.batch)
       n = (size_t)st->uri.batch;
     if (n > MAX_IN_FLIGHT - c->in_flight)
