@@ -77,10 +77,13 @@ static void write_done(uv_write_t *w, int status) {
 static void reply(admin_conn *c, int status, const char *ctype, const char *body,
                   size_t len) {
   gw_buf head = {0};
-  gw_buf_printf(&head,
-                "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                "Connection: close\r\n\r\n",
-                status, policy_reason(status), ctype, status == 204 ? 0 : len);
+  if (status == 204)
+    gw_buf_printf(&head, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+  else
+    gw_buf_printf(&head,
+                  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                  "Connection: close\r\n\r\n",
+                  status, policy_reason(status), ctype, len);
   if (status != 204)
     gw_buf_append(&head, body, len);
   gw_buf_free(&c->out);
@@ -216,6 +219,12 @@ static int pct_decode(const char *s, size_t len, char *out, size_t cap) {
 
 static void route(admin_conn *c) {
   gw_admin *a = c->a;
+  /* never NULL, always NUL-terminated */
+  if (gw_buf_append(&c->url, "", 1)) {
+    reply_problem(c, 503, "out-of-memory", "Service Unavailable", "out of memory");
+    return;
+  }
+  c->url.len--;
   const char *u = c->url.p;
   size_t ulen = c->url.len;
   const char *q = memchr(u, '?', ulen);
@@ -247,19 +256,18 @@ static void route(admin_conn *c) {
       return;
     }
     c->scope[0] = 0;
-    if (q) {
-      const char *qs = q + 1;
-      size_t qlen = ulen - plen - 1;
-      if (qlen >= 6 && !strncmp(qs, "scope=", 6)) {
-        size_t vlen = strcspn(qs + 6, "&");
-        if (vlen > qlen - 6)
-          vlen = qlen - 6;
-        if (pct_decode(qs + 6, vlen, c->scope, sizeof c->scope) < 0) {
-          reply_problem(c, 400, "invalid-scope", "Invalid scope",
-                        "the scope must be at most 255 bytes, percent-encoded");
-          return;
-        }
+    /* the query: name=value pairs split by '&'; only scope is read */
+    const char *qp = q ? q + 1 : u + ulen, *qend = u + ulen;
+    while (qp < qend) {
+      const char *amp = memchr(qp, '&', (size_t)(qend - qp));
+      const char *pend = amp ? amp : qend;
+      if (pend - qp >= 6 && !memcmp(qp, "scope=", 6) &&
+          pct_decode(qp + 6, (size_t)(pend - qp - 6), c->scope, sizeof c->scope) < 0) {
+        reply_problem(c, 400, "invalid-scope", "Invalid scope",
+                      "the scope must be at most 255 bytes, percent-encoded");
+        return;
       }
+      qp = pend + 1;
     }
     idem_store *st = admin_store(a);
     if (!st) {

@@ -27,6 +27,7 @@ struct gw_conn {
   gw_buf in;
   size_t in_off;
   gw_exchange *ex; /* the request being answered */
+  gw_exchange *spare; /* the last one, emptied, for the next request */
   int refs;        /* open handles + active exchange */
   int timer_mode;
   int closing;     /* uv_close called */
@@ -39,6 +40,7 @@ struct gw_conn {
 static void process(gw_conn *c);
 static void dispatch(gw_conn *c, gw_request *req);
 static void stop_reading(gw_conn *c);
+static void exchange_free(gw_exchange *ex);
 
 /* ---- lifetime ---- */
 
@@ -55,6 +57,8 @@ static void conn_unref(gw_conn *c) {
   w->nconns--;
   gw_reqparser_free(&c->rp);
   gw_buf_free(&c->in);
+  if (c->spare)
+    exchange_free(c->spare);
   free(c);
   gw_metrics_connections(-1);
   if (w->stopping && w->nconns == 0)
@@ -69,6 +73,56 @@ static void conn_close(gw_conn *c) {
   c->closing = 1;
   uv_close((uv_handle_t *)&c->tcp, on_handle_close);
   uv_close((uv_handle_t *)&c->timer, on_handle_close);
+}
+
+/* Buffers bigger than this are freed after a request, not kept. */
+#define KEEP_MAX (256u * 1024)
+
+static gw_exchange *exchange_new(gw_conn *c) {
+  gw_exchange *ex = c->spare;
+  c->spare = NULL;
+  if (!ex)
+    ex = calloc(1, sizeof *ex);
+  return ex;
+}
+
+/* Keep the exchange's buffers for the connection's next request instead of
+ * freeing and allocating them again; the request goes back to the parser. */
+static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
+  if (c->spare || c->closing) {
+    exchange_free(ex);
+    return;
+  }
+  if (ex->req) {
+    if (!c->rp.cur) {
+      gw_request_reset(ex->req, KEEP_MAX);
+      c->rp.cur = ex->req;
+    } else {
+      gw_request_free(ex->req);
+      free(ex->req);
+    }
+  }
+  if (ex->replay) {
+    idem_record_clear(ex->replay);
+    free(ex->replay);
+  }
+  gw_buf bufs[6] = {ex->up_head, ex->up.body, ex->stored_headers, ex->out_hdrs,
+                    ex->out_head, ex->out_body};
+  gw_headers uph = ex->up.headers;
+  for (int i = 0; i < 6; i++)
+    gw_buf_recycle(&bufs[i], KEEP_MAX);
+  if (uph.text.cap > KEEP_MAX)
+    gw_headers_free(&uph);
+  gw_headers_reset(&uph);
+  memset(ex, 0, sizeof *ex);
+  ex->up_head = bufs[0];
+  ex->up.body = bufs[1];
+  ex->stored_headers = bufs[2];
+  ex->out_hdrs = bufs[3];
+  ex->out_head = bufs[4];
+  ex->out_body = bufs[5];
+  ex->up.headers = uph;
+  c->spare = ex;
 }
 
 static void exchange_free(gw_exchange *ex) {
@@ -199,7 +253,7 @@ static void send_continue(gw_conn *c) {
 }
 
 static void dispatch(gw_conn *c, gw_request *req) {
-  gw_exchange *ex = calloc(1, sizeof *ex);
+  gw_exchange *ex = exchange_new(c);
   if (!ex) {
     gw_request_free(req);
     free(req);
@@ -296,8 +350,11 @@ static void write_cb(uv_write_t *wr, int status) {
   gw_exchange *ex = wr->data;
   gw_conn *c = ex->conn;
   int close = ex->close_after;
-  exchange_free(ex);
   c->ex = NULL;
+  if (close || status < 0)
+    exchange_free(ex);
+  else
+    exchange_recycle(c, ex);
   if (status < 0)
     conn_close(c);
   else if (close)
@@ -331,11 +388,19 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
               (c->peer_eof && c->in_off >= c->in.len);
   gw_buf *h = &ex->out_head;
   h->len = 0;
-  int err = gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));
+  int err = gw_buf_reserve(h, headers_len + 128);
+  err |= gw_buf_puts(h, "HTTP/1.1 ");
+  err |= gw_buf_u64(h, (uint64_t)status);
+  err |= gw_buf_puts(h, " ");
+  err |= gw_buf_puts(h, policy_reason(status));
+  err |= gw_buf_puts(h, "\r\n");
   err |= gw_buf_append(h, headers, headers_len);
   if (!(flags & (GW_RESP_OWN_CL | GW_RESP_NO_CL)) && status != 204 &&
-      status != 304 && status >= 200)
-    err |= gw_buf_printf(h, "Content-Length: %zu\r\n", body_len);
+      status != 304 && status >= 200) {
+    err |= gw_buf_puts(h, "Content-Length: ");
+    err |= gw_buf_u64(h, body_len);
+    err |= gw_buf_puts(h, "\r\n");
+  }
   if (close)
     err |= gw_buf_puts(h, "Connection: close\r\n");
   else if (req->http_minor == 0)
@@ -380,7 +445,7 @@ void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
 /* An answer outside any request (bad framing, limits, timeouts): it always
  * closes the connection. */
 static void send_error(gw_conn *c, int status, const char *detail) {
-  gw_exchange *ex = calloc(1, sizeof *ex);
+  gw_exchange *ex = exchange_new(c);
   if (!ex) {
     conn_close(c);
     return;

@@ -338,8 +338,11 @@ static void forward(gw_exchange *ex) {
   const char *conn = gw_headers_get(h, "Connection", &clen, NULL);
   int has_host = 0, had_framing = 0, err = 0;
   b->len = 0;
-  err |= gw_buf_printf(b, "%s %.*s HTTP/1.1\r\n", r->method, (int)r->target.len,
-                       r->target.p);
+  err |= gw_buf_reserve(b, r->target.len + r->headers.text.len + 4 * r->headers.n + 160);
+  err |= gw_buf_puts(b, r->method);
+  err |= gw_buf_puts(b, " ");
+  err |= gw_buf_append(b, r->target.p, r->target.len);
+  err |= gw_buf_puts(b, " HTTP/1.1\r\n");
   for (size_t i = 0; i < h->n; i++) {
     const char *name = gw_header_name(h, i);
     size_t nlen = h->v[i].name_len;
@@ -364,10 +367,16 @@ static void forward(gw_exchange *ex) {
   }
   if (!has_host)
     err |= gw_buf_printf(b, "Host: %s\r\n", ex->w->cfg->upstream_authority);
-  if (ex->claimed)
-    err |= gw_buf_printf(b, "Idempotency-Fence: %" PRIu64 "\r\n", ex->fence);
-  if (r->body.len || had_framing)
-    err |= gw_buf_printf(b, "Content-Length: %zu\r\n", r->body.len);
+  if (ex->claimed) {
+    err |= gw_buf_puts(b, "Idempotency-Fence: ");
+    err |= gw_buf_u64(b, ex->fence);
+    err |= gw_buf_puts(b, "\r\n");
+  }
+  if (r->body.len || had_framing) {
+    err |= gw_buf_puts(b, "Content-Length: ");
+    err |= gw_buf_u64(b, r->body.len);
+    err |= gw_buf_puts(b, "\r\n");
+  }
   err |= gw_buf_puts(b, "\r\n");
   if (err) {
     ex->up.kind = UP_CONNECT_FAILED;

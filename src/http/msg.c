@@ -55,10 +55,26 @@ int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
   return 0;
 }
 
+int gw_buf_u64(gw_buf *b, uint64_t v) {
+  char tmp[24];
+  size_t n = sizeof tmp;
+  do {
+    tmp[--n] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  return gw_buf_append(b, tmp + n, sizeof tmp - n);
+}
+
 void gw_buf_free(gw_buf *b) {
   free(b->p);
   b->p = NULL;
   b->len = b->cap = 0;
+}
+
+void gw_buf_recycle(gw_buf *b, size_t keep_max) {
+  if (b->cap > keep_max)
+    gw_buf_free(b);
+  b->len = 0;
 }
 
 char *gw_buf_take(gw_buf *b, size_t *len) {

@@ -21,7 +21,11 @@ int gw_buf_append(gw_buf *b, const void *data, size_t len);
 int gw_buf_puts(gw_buf *b, const char *s);
 int gw_buf_printf(gw_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Append a decimal number (no printf on the request path). */
+int gw_buf_u64(gw_buf *b, uint64_t v);
 void gw_buf_free(gw_buf *b);
+/* Empty b; keep its memory unless it holds more than keep_max bytes. */
+void gw_buf_recycle(gw_buf *b, size_t keep_max);
 /* Give up ownership of the bytes: returns b->p and empties b. */
 char *gw_buf_take(gw_buf *b, size_t *len);
 

@@ -16,6 +16,20 @@ void gw_request_free(gw_request *r) {
   gw_buf_free(&r->body);
 }
 
+void gw_request_reset(gw_request *r, size_t keep_max) {
+  gw_buf target = r->target, body = r->body;
+  gw_headers h = r->headers;
+  gw_buf_recycle(&target, keep_max);
+  gw_buf_recycle(&body, keep_max);
+  if (h.text.cap > keep_max)
+    gw_headers_free(&h);
+  gw_headers_reset(&h);
+  memset(r, 0, sizeof *r);
+  r->target = target;
+  r->body = body;
+  r->headers = h;
+}
+
 static int refuse(gw_reqparser *rp, int status, const char *detail) {
   rp->state = ST_ERROR;
   rp->error_status = status;

@@ -31,6 +31,9 @@ typedef struct {
 } gw_request;
 
 void gw_request_free(gw_request *r);
+/* Empty r for the next request, keeping its buffers up to keep_max bytes
+ * each (a connection's requests tend to look alike). */
+void gw_request_reset(gw_request *r, size_t keep_max);
 
 typedef enum {
   GW_PARSE_MORE = 0, /* every byte consumed, the request is not complete */
