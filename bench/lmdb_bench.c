@@ -189,10 +189,12 @@ static int run_store(const char *mode, const char *uri, int concurrency, double 
   uint64_t commits = after.commits - before.commits;
   uint64_t written = after.ops_written - before.ops_written;
   printf("mode=%s concurrency=%d pairs=%llu seconds=%.2f pairs_per_sec=%.0f "
-         "commits=%llu ops_per_commit=%.1f commit_ms=%.3f max_batch=%llu p50_ms=%.2f p99_ms=%.2f\n",
+         "commits=%llu ops_per_commit=%.1f commit_ms=%.3f in_commit_ms=%.3f max_batch=%llu p50_ms=%.2f "
+         "p99_ms=%.2f\n",
          mode, concurrency, (unsigned long long)b.pairs, secs, (double)b.pairs / secs,
          (unsigned long long)commits, commits ? (double)written / (double)commits : 0,
          commits ? secs * 1000 / (double)commits : 0,
+         commits ? (double)(after.commit_us - before.commit_us) / 1000 / (double)commits : 0,
          (unsigned long long)after.max_batch, p50, p99);
   free(b.lat);
   free(slots);

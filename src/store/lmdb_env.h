@@ -58,7 +58,7 @@ struct lmdb_env {
   size_t scratch_cap;
 
   /* counters (idem_lmdb_stats), any thread */
-  _Atomic uint64_t commits, ops_written, ops_read, max_batch, swept,
+  _Atomic uint64_t commits, commit_us, ops_written, ops_read, max_batch, swept,
       errors_full, errors_store;
 };
 
