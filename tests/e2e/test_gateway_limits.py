@@ -238,6 +238,35 @@ class Limits(GatewayTestCase):
         self.assertEqual(got[3].body, got[0].body)
         self.assertEqual(self.up.count("p1"), 1)
 
+    def test_deep_pipeline(self):
+        gw = self.start_gateway(self.up)
+        reqs = []
+        for i in range(200):
+            if i % 3 == 0:
+                reqs.append(request_bytes("GET", "/g%d" % i, headers={"X-Test-Id": "dp"}))
+            else:
+                reqs.append(request_bytes("POST", "/p%d" % i, b"b%d" % i, key="dp%d" % i))
+        with RawConn(gw.port, timeout=30) as c:
+            c.send_until_answered(b"".join(reqs), step=1 << 20)
+            got = []
+            for i in range(200):
+                got.append(c.read_response(timeout=30))
+        targets = [r.json()["target"] for r in got]
+        want = [("/g%d" if i % 3 == 0 else "/p%d") % i for i in range(200)]
+        self.assertEqual(targets, want, self.gw_log())
+
+    def test_many_tiny_chunks(self):
+        gw = self.start_gateway(self.up)
+        body = bytes(range(256)) * 40
+        raw = (b"POST /tiny HTTP/1.1\r\nHost: x\r\nIdempotency-Key: tiny\r\nX-Test-Id: tiny\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" +
+               b"".join(b"1\r\n" + body[i:i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n")
+        with RawConn(gw.port, timeout=30) as c:
+            c.send(raw)
+            r = c.read_response(timeout=30)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertEqual(self.up.requests("tiny")[0]["body"], body)
+
     def test_pipelined_split_across_writes(self):
         gw = self.start_gateway(self.up)
         data = b"".join(request_bytes("POST", "/s%d" % i, b"body%d" % i, key="s%d" % i)

@@ -104,6 +104,25 @@ class UpstreamFailures(GatewayTestCase):
         # half a body must never become the stored answer
         self._sent_no_valid_answer("X-Test-Truncate")
 
+    def test_upstream_bad_chunk_502_not_stored(self):
+        self._sent_no_valid_answer("X-Test-Bad-Chunk")
+
+    def test_upstream_ambiguous_framing_not_stored_as_is(self):
+        # Content-Length with chunked from the upstream: RFC 9112 says chunked
+        # wins (and the connection is closed after); a gateway may also refuse
+        # it (502). It must never store or relay the first 3 bytes as the body.
+        up = self.start_upstream()
+        gw = self.start_gateway(up)
+        r = gw.request("POST", "/amb", body=b"x", key="amb", headers={"X-Test-Bad-Framing": "1"})
+        if r.status == 200:
+            self.assertEqual(r.json()["exec"], 1)
+            r2 = gw.request("POST", "/amb", body=b"x", key="amb")
+            self.assertTrue(r2.replayed, r2)
+            self.assertEqual(r2.body, r.body)
+        else:
+            self.assertProblem(r, 502, self.gw_log())
+        self.assertEqual(up.count("amb"), 1)
+
     def test_client_gone_mid_flight_result_still_stored(self):
         # The client gives up while the upstream runs; the upstream did run,
         # so its answer is stored and the client's retry replays it.

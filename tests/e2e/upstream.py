@@ -20,6 +20,8 @@ carried it. Behaviour is chosen per request by headers:
     X-Test-Garbage: 1         answer with bytes that are not HTTP, then close
     X-Test-Reset: 1           read the request, then reset the connection (RST)
     X-Test-Truncate: 1        send the head and half the body, then close
+    X-Test-Bad-Framing: 1     answer with both Content-Length and chunked
+    X-Test-Bad-Chunk: 1       answer chunked with an invalid chunk size
     X-Test-Id: ID             count this request under ID instead of its key
 
 An execution is counted when the request has been read, before any delay,
@@ -190,6 +192,22 @@ class _Handler(BaseHTTPRequestHandler):
         for v in h.get_all("X-Test-Set-Header") or []:
             name, _, val = v.partition(":")
             extra.append((name.strip(), val.strip()))
+        if h.get("X-Test-Bad-Framing") or h.get("X-Test-Bad-Chunk"):
+            self.close_connection = True
+            self.send_response(status)
+            for k, v in extra:
+                self.send_header(k, v)
+            if h.get("X-Test-Bad-Framing"):
+                self.send_header("Content-Length", "3")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if h.get("X-Test-Bad-Chunk"):
+                self.wfile.write(b"zz\r\n" + payload + b"\r\n0\r\n\r\n")
+            else:
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload))
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            return
         if h.get("X-Test-Truncate"):
             self.close_connection = True
             self.send_response(status)
