@@ -30,6 +30,7 @@
  * sentence telling to run `idem migrate`, or migrate=1 to migrate on open);
  * every later (re)connection is asynchronous and checks it again.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +63,8 @@ typedef struct {
   uv_poll_t *poll; /* own allocation: closing it outlives a reconnect */
   int poll_fd;
   int poll_events;
-  uv_timer_t timer; /* reconnect backoff */
+  uv_timer_t timer; /* reconnect backoff; while connected, the watchdog */
+  int watching;
   unsigned backoff_ms;
   batch *head, *tail; /* sent, waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
@@ -235,6 +237,7 @@ static int flush(pg_conn_t *c) {
 /* Drop the connection and everything it carried (failed with IDEM_ESTORE). */
 static void conn_drop(pg_conn_t *c) {
   unwatch(c);
+  c->watching = 0;
   PQclear(c->setup);
   c->setup = NULL;
   if (c->pg)
@@ -282,6 +285,37 @@ static void conn_fail(pg_conn_t *c, const char *why) {
   maybe_closed(st);
 }
 
+/* A server that stops answering (a hung host, a network that drops
+ * packets) would hold operations forever: no answer within timeout= while
+ * something is outstanding fails the connection, and with it them. */
+static void on_watchdog(uv_timer_t *timer) {
+  pg_conn_t *c = timer->data;
+  char why[96];
+  snprintf(why, sizeof why, "no answer from the server within %lld ms",
+           (long long)c->st->uri.timeout_ms);
+  conn_fail(c, why);
+}
+
+static void watchdog(pg_conn_t *c, int progress) {
+  int waiting = c->state == C_CONNECTING || c->state == C_SETUP ||
+                (c->state == C_READY && c->head);
+  if (!waiting) {
+    if (c->watching && c->state == C_READY)
+      uv_timer_stop(&c->timer);
+    c->watching = 0;
+  } else if (progress || !c->watching) {
+    uv_timer_start(&c->timer, on_watchdog, (uint64_t)c->st->uri.timeout_ms, 0);
+    c->watching = 1;
+  }
+}
+
+/* Unless the URI sets its own, a statement waits at most this long for a
+ * row lock (one held by an in-transaction caller, say) before its batch
+ * fails and goes again one by one. */
+static const char lock_timeout_sql[] =
+    "SELECT set_config('lock_timeout', '5s', false) "
+    "WHERE current_setting('lock_timeout') IN ('0', '0ms')";
+
 /* Prepare every statement and check the schema, in one pipelined round. */
 static void conn_setup(pg_conn_t *c) {
   PGconn *pg = c->pg;
@@ -290,11 +324,14 @@ static void conn_setup(pg_conn_t *c) {
     const idem_pg_statement *s = &idem_pg_statements[i];
     ok = PQsendPrepare(pg, s->name, s->sql, s->nparams, s->types);
   }
-  ok = ok && PQsendQueryParams(pg, idem_pg_version_sql, 0, NULL, NULL, NULL, NULL, 0) &&
+  ok = ok && PQsendQueryParams(pg, lock_timeout_sql, 0, NULL, NULL, NULL, NULL, 0) &&
+       PQsendQueryParams(pg, idem_pg_version_sql, 0, NULL, NULL, NULL, NULL, 0) &&
        PQpipelineSync(pg);
   c->state = C_SETUP;
   if (!ok || flush(c))
     conn_fail(c, PQerrorMessage(pg));
+  else
+    watchdog(c, 1);
 }
 
 static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
@@ -323,6 +360,7 @@ static void conn_start(pg_conn_t *c) {
     conn_fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
     return;
   }
+  watchdog(c, 1); /* bounds the whole connection attempt */
   connect_step(c, PGRES_POLLING_WRITING);
 }
 
@@ -457,6 +495,7 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
     return;
   }
   take_results(c);
+  watchdog(c, events & UV_READABLE);
   pg_store *st = c->st;
   dispatch(st);
   close_idle(st);
@@ -464,16 +503,13 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
 
 /* ---- sending ----------------------------------------------------------- */
 
-static pg_conn_t *least_loaded(pg_store *st, int *ready) {
+static pg_conn_t *least_loaded(pg_store *st) {
   pg_conn_t *best = NULL;
-  *ready = 0;
   for (int i = 0; i < st->nconns; i++) {
     pg_conn_t *c = &st->conns[i];
-    if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT) {
-      ++*ready;
-      if (!best || c->in_flight < best->in_flight)
-        best = c;
-    }
+    if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT &&
+        (!best || c->in_flight < best->in_flight))
+      best = c;
   }
   return best;
 }
@@ -531,14 +567,15 @@ static void send_batch(pg_conn_t *c, req_queue *q, int n) {
   }
   if (!ok || !PQpipelineSync(c->pg) || flush(c))
     conn_fail(c, PQerrorMessage(c->pg));
+  else
+    watchdog(c, 0);
 }
 
 static void dispatch(pg_store *st) {
   pg_conn_t *c;
-  int ready;
-  while (st->solo.n && (c = least_loaded(st, &ready)))
+  while (st->solo.n && (c = least_loaded(st)))
     send_batch(c, &st->solo, 1);
-  while (st->pending.n && (c = least_loaded(st, &ready))) {
+  while (st->pending.n && (c = least_loaded(st))) {
     /* one batch takes all it may: fewer, larger commits; the other
      * connections carry the next turns' batches meanwhile */
     size_t n = st->pending.n;

@@ -73,6 +73,7 @@ typedef struct {
   int migrate;    /* migrate=1: run the migrations on open */
   int pool;       /* pool=N: connections (1..64, default 2) */
   int batch;      /* batch=N: most operations per transaction (1..1024, default 64) */
+  int64_t timeout_ms; /* timeout=DUR: no answer that long fails a connection (10s) */
 } idem_pg_uri;
 
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg);

@@ -521,6 +521,7 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
   memset(out, 0, sizeof *out);
   out->pool = 2;
   out->batch = 64;
+  out->timeout_ms = 10000;
   if (strncmp(uri, "postgres://", 11) && strncmp(uri, "postgresql://", 13)) {
     if (errmsg)
       *errmsg = idem_pg_message("postgres", "the store URI must start with postgres:// or postgresql://");
@@ -535,6 +536,7 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
   memcpy(info, uri, base);
   size_t n = base;
   const char *bad = NULL;
+  int has_connect_timeout = 0;
   for (const char *p = q ? q + 1 : NULL; p && *p && !bad;) {
     const char *end = strchr(p, '&');
     size_t plen = end ? (size_t)(end - p) : strlen(p);
@@ -563,7 +565,14 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
         bad = "batch= takes a number of operations per transaction from 1 to 1024";
       else
         out->batch = (int)batch;
+    } else if (nlen == 7 && !strncmp(p, "timeout", 7)) {
+      char text[32] = {0};
+      memcpy(text, v, vlen < 31 ? vlen : 31);
+      if (vlen > 31 || idem_parse_duration(text, &out->timeout_ms))
+        bad = "timeout= takes a duration such as 500ms, 10s or 1m";
     } else if (plen) {
+      if (nlen == 15 && !strncmp(p, "connect_timeout", 15))
+        has_connect_timeout = 1;
       char sep = n == base ? '?' : '&';
       info[n++] = sep;
       memcpy(info + n, p, plen);
@@ -572,6 +581,18 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
     p = end ? end + 1 : NULL;
   }
   info[n] = '\0';
+  if (!has_connect_timeout && !bad) {
+    /* libpq waits for the OS (minutes) on a host that does not answer */
+    static const char ct[] = "connect_timeout=10";
+    char *grown = realloc(info, n + sizeof ct + 1);
+    if (!grown) {
+      free(info);
+      return IDEM_ENOMEM;
+    }
+    info = grown;
+    info[n] = n == base ? '?' : '&';
+    memcpy(info + n + 1, ct, sizeof ct);
+  }
   if (bad) {
     free(info);
     if (errmsg)

@@ -8,6 +8,7 @@
  * and start that server.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -123,9 +124,16 @@ static void uri_options_are_checked(void **state) {
   assert_int_equal(idem_sync_open(database("idem_test", "migrate=maybe"), &db, &msg), IDEM_EURI);
   free(msg);
   msg = NULL;
+  assert_int_equal(idem_sync_open(database("idem_test", "timeout=soon"), &db, &msg), IDEM_EURI);
+  free(msg);
+  msg = NULL;
+  assert_int_equal(idem_sync_open(database("idem_test", "batch=0"), &db, &msg), IDEM_EURI);
+  free(msg);
+  msg = NULL;
   /* libpq's own options pass through, ours are taken out */
   assert_int_equal(
-      idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&migrate=1"), &db, &msg), 0);
+      idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&batch=8&timeout=30s&migrate=1"),
+                     &db, &msg), 0);
   idem_sync_close(db);
   /* unreachable server: a clear IDEM_ESTORE */
   assert_int_equal(idem_sync_open("postgres://127.0.0.1:1/x", &db, &msg), IDEM_ESTORE);
@@ -229,6 +237,91 @@ static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void close_store(uv_loop_t *loop, idem_store *store) {
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(loop, UV_RUN_ONCE);
+  uv_run(loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(loop), 0);
+}
+
+static int backend_pid(const char *application) {
+  PGconn *pg = PQconnectdb(base_uri);
+  char q[200];
+  snprintf(q, sizeof q, "SELECT pid FROM pg_stat_activity WHERE application_name = '%s'",
+           application);
+  PGresult *r = PQexec(pg, q);
+  int pid = PQntuples(r) == 1 ? atoi(PQgetvalue(r, 0, 0)) : 0;
+  PQclear(r);
+  PQfinish(pg);
+  return pid;
+}
+
+/* A server that stops answering fails what waits on it after timeout=. */
+static void hung_server_times_out(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop,
+                                   database("idem_test", "pool=1&timeout=300ms&application_name=idem_hang"),
+                                   &store, NULL), 0);
+  tally t = {0};
+  idem_op op = claim_op("hang-1");
+  assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+  run_until(&loop, &t.done, 1, 10000);
+  assert_int_equal(t.ok, 1);
+  int pid = backend_pid("idem_hang");
+  assert_true(pid > 0);
+  assert_int_equal(kill(pid, SIGSTOP), 0);
+  int64_t t0 = idem_now_ms();
+  op = claim_op("hang-2");
+  assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+  run_until(&loop, &t.done, 2, 10000);
+  kill(pid, SIGCONT);
+  assert_int_equal(t.estore, 1);
+  assert_true(idem_now_ms() - t0 < 5000);
+  /* and it comes back on a new connection */
+  int64_t deadline = idem_now_ms() + 10000;
+  while (t.ok < 2) {
+    assert_true(idem_now_ms() < deadline);
+    int before = t.done;
+    assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+    run_until(&loop, &t.done, before + 1, 10000);
+    usleep(20 * 1000);
+  }
+  close_store(&loop, store);
+}
+
+/* A key locked by someone's open transaction fails after lock_timeout; the
+ * operations batched with it go again on their own and succeed. */
+static void row_lock_held_elsewhere_fails_only_its_key(void **state) {
+  (void)state;
+  PGconn *holder = PQconnectdb(base_uri);
+  idem_result res;
+  idem_op locked = claim_op("locked-1");
+  PQclear(PQexec(holder, "BEGIN"));
+  assert_int_equal(idem_pg_run(holder, &locked, &res), 0);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(
+      idem_store_open(&loop, database("idem_test", "pool=1&options=-c%20lock_timeout%3D200"),
+                      &store, NULL), 0);
+  tally t = {0};
+  idem_op a = claim_op("free-1"), b = claim_op("free-2");
+  assert_int_equal(idem_store_submit(store, &a, count, &t), 0);
+  assert_int_equal(idem_store_submit(store, &locked, count, &t), 0);
+  assert_int_equal(idem_store_submit(store, &b, count, &t), 0);
+  run_until(&loop, &t.done, 3, 10000);
+  assert_int_equal(t.ok, 2);
+  assert_int_equal(t.estore, 1);
+  PQclear(PQexec(holder, "ROLLBACK"));
+  PQfinish(holder);
+  close_store(&loop, store);
+}
+
 static void server_stop_and_start_fails_fast_then_recovers(void **state) {
   (void)state;
   const char *stop = getenv("IDEM_TEST_PG_STOP"), *start = getenv("IDEM_TEST_PG_START");
@@ -324,6 +417,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(uri_options_are_checked),
       cmocka_unit_test(rolled_back_claim_leaves_nothing),
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
+      cmocka_unit_test(hung_server_times_out),
+      cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
