@@ -14,7 +14,8 @@ build=$1
 secs=$2
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
-targets="fuzz_json fuzz_key_parse fuzz_record_decode fuzz_http_request"
+# every tests/fuzz/fuzz_*.c is a target
+targets=$(cd "$here" && ls fuzz_*.c | sed "s/\.c$//" | tr "\n" " ")
 jobs=${IDEM_FUZZ_JOBS:-2}
 
 cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER="${CC:-clang}" \
