@@ -47,6 +47,56 @@ class PassThrough(GatewayTestCase):
         self.assertEqual(r.header("X-Custom"), "yes")
         self.assertEqual(r.header("Content-Type"), "application/json")
 
+    def test_target_and_headers_reach_upstream_unchanged(self):
+        gw = self.start_gateway(self.up)
+        target = "/a%20b/c;p=1?x=1&y=%2F&z=%C3%A9"
+        for key in (None, "tg"):
+            h = [("X-Test-Id", "tg-%s" % key), ("Authorization", "Bearer abc"),
+                 ("X-Custom", "v1"), ("X-Custom", "v2"), ("Content-Type", "text/plain")]
+            if key:
+                h.append(("Idempotency-Key", key))
+            with RawConn(gw.port) as c:
+                c.send(request_bytes("POST", target, b"body", headers=h))
+                self.assertEqual(c.read_response().status, 200, self.gw_log())
+            seen = self.up.requests("tg-%s" % key)[0]
+            self.assertEqual(seen["target"], target)
+            got = [(k.lower(), v) for k, v in seen["headers"]]
+            self.assertIn(("authorization", "Bearer abc"), got)
+            self.assertIn(("content-type", "text/plain"), got)
+            # repeated fields may be kept apart or joined with commas
+            custom = [x.strip() for k, v in got if k == "x-custom" for x in v.split(",")]
+            self.assertEqual(custom, ["v1", "v2"], got)
+
+    def test_hop_by_hop_headers_not_forwarded(self):
+        # RFC 9110 7.6.1: Connection and the fields it names are per hop
+        gw = self.start_gateway(self.up)
+        h = [("X-Test-Id", "hop"), ("Idempotency-Key", "hop"), ("Connection", "keep-alive, X-Hop"),
+             ("X-Hop", "secret"), ("Keep-Alive", "timeout=5"), ("Proxy-Connection", "keep-alive"),
+             ("X-Test-Set-Header", "Connection: X-Up-Hop"), ("X-Test-Set-Header", "X-Up-Hop: v")]
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/hop", b"x", headers=h))
+            r1 = c.read_response()
+            c.send(request_bytes("POST", "/hop", b"x", headers=h))
+            r2 = c.read_response()
+        self.assertEqual(r1.status, 200, self.gw_log())
+        names = {k.lower() for k, v in self.up.requests("hop")[0]["headers"]}
+        for n in ("x-hop", "keep-alive", "proxy-connection"):
+            self.assertNotIn(n, names, "%s forwarded to the upstream" % n)
+        self.assertTrue(r2.replayed, r2)
+        for r in (r1, r2):
+            self.assertIsNone(r.header("X-Up-Hop"), "upstream hop-by-hop field relayed: %r" % r)
+
+    def test_upstream_given_by_name(self):
+        gw = self.start_gateway("http://localhost:%d" % self.up.port)
+        r = gw.request("POST", "/byname", body=b"x", key="byname")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+
+    def test_upstream_url_with_trailing_slash(self):
+        gw = self.start_gateway(self.up.url + "/")
+        r = gw.request("GET", "/slash", headers={"X-Test-Id": "slash"})
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(r.json()["target"], "/slash")
+
     def test_put_and_delete_pass_through_by_default(self):
         gw = self.start_gateway(self.up)
         for m in ("PUT", "DELETE"):

@@ -33,6 +33,13 @@ class Scope(GatewayTestCase):
         # fences are per record: each scope's first claim is fence 1
         self.assertEqual(self.up.fences("shared"), ["1", "1"])
 
+    def test_scope_header_still_reaches_upstream(self):
+        # the upstream needs its Authorization: scoping must not strip it
+        gw = self.start_gateway(self.up, "--scope-header", "Authorization")
+        gw.request("POST", "/s", body=b"x", key="auth", headers={"Authorization": SECRET_A})
+        got = [(k.lower(), v) for k, v in self.up.requests("auth")[0]["headers"]]
+        self.assertIn(("authorization", SECRET_A), got)
+
     def test_scope_does_not_leak_mismatch(self):
         # a different body under the same key in another scope is not a 422
         gw = self.start_gateway(self.up, "--scope-header", "X-Tenant")

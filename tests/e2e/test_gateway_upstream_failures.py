@@ -174,6 +174,13 @@ class UpstreamFailures(GatewayTestCase):
             self.assertEqual(c.body, b.body, "record overwritten by the stale execution")
         self.assertEqual(up.count("zombie"), 2)
 
+    def test_passthrough_timeout_504(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--upstream-timeout", "500ms")
+        r = gw.request("GET", "/slow-get", headers={"X-Test-Hang": "1", "X-Test-Id": "sg"})
+        self.assertProblem(r, 504, self.gw_log())
+        self.assertEqual(gw.request("GET", "/next", headers={"X-Test-Id": "n"}).status, 200)
+
     def test_upstream_5xx_passes_through_without_key(self):
         up = self.start_upstream()
         gw = self.start_gateway(up)
