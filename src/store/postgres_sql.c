@@ -105,13 +105,12 @@ static const char list_sql[] =
 
 /* One bounded batch by the expiry index. SKIP LOCKED: never waits on a row
  * a claim holds, and FOR UPDATE rechecks the expiry on the latest version,
- * so a record claimed again meanwhile stays. */
+ * so a record claimed again meanwhile stays. The rows go by their ctid (a
+ * TID scan): locked, they cannot move before the DELETE. */
 static const char gc_sql[] =
-    "WITH doomed AS (SELECT scope, key FROM idem_records "
-    "WHERE expires_at <= " NOW_MS " ORDER BY expires_at LIMIT $1 "
-    "FOR UPDATE SKIP LOCKED) "
-    "DELETE FROM idem_records r USING doomed d "
-    "WHERE r.scope = d.scope AND r.key = d.key";
+    "DELETE FROM idem_records WHERE ctid = ANY (ARRAY("
+    "SELECT ctid FROM idem_records WHERE expires_at <= " NOW_MS
+    " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))";
 
 static const Oid claim_types[] = {TEXTOID, TEXTOID, BYTEAOID, INT8OID, INT8OID, BOOLOID};
 static const Oid finish_types[] = {TEXTOID, TEXTOID, INT8OID, INT8OID,
