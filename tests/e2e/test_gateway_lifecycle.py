@@ -89,6 +89,46 @@ class Lifecycle(GatewayTestCase):
         self.assertEqual(r.body, res["r"].body)
         self.assertEqual(self.up.count("stored-on-term"), 1)
 
+    def test_sigterm_with_a_waiting_duplicate(self):
+        # the first request and a --wait duplicate are both in flight: both
+        # are answered (the duplicate with the replay), then exit 0
+        gw = self.start_gateway(self.up, "--wait", "10s", admin=True)
+        res = {}
+
+        def go(name, delay):
+            try:
+                res[name] = gw.request("POST", "/w", body=b"x", key="tw",
+                                       headers={"X-Test-Delay-Ms": delay})
+            except Exception as e:
+                res[name] = e
+        t1 = threading.Thread(target=go, args=("first", "1500"), daemon=True)
+        t1.start()
+        self.assertEqual(self.up.wait_count("tw", 1), 1, self.gw_log())
+        t2 = threading.Thread(target=go, args=("dup", "0"), daemon=True)
+        t2.start()
+        # The contract has no signal for "the duplicate is waiting"; this
+        # gateway's idem_client_connections gauge shows it (2 connections).
+        # Without that gauge, give the duplicate a head start instead.
+        def two_clients():
+            text = gw.admin_request("GET", "/metrics").body.decode()
+            m = re.search(r"(?m)^idem_client_connections (\S+)$", text)
+            return (float(m.group(1)) >= 2) if m else None
+        if two_clients() is None:
+            t2.join(0.3)
+        else:
+            wait_for(two_clients, 5, what="the duplicate to reach the gateway")
+        self.assertTrue(t1.is_alive() and t2.is_alive(), "first finished before SIGTERM")
+        gw.proc.send_signal(signal.SIGTERM)
+        t1.join(30)
+        t2.join(30)
+        self.assertEqual(getattr(res.get("first"), "status", res.get("first")), 200, self.gw_log())
+        dup = res.get("dup")
+        self.assertEqual(getattr(dup, "status", dup), 200, "waiting duplicate lost on SIGTERM\n%s"
+                         % self.gw_log())
+        self.assertTrue(dup.replayed, dup)
+        self.assertEqual(gw.wait_exit(15), 0, gw.stderr())
+        self.assertEqual(self.up.count("tw"), 1)
+
     def test_sigterm_idle_exits_0_promptly(self):
         gw = self.start_gateway(self.up, admin=True)
         # an idle keep-alive connection must not hold the exit up
