@@ -6,7 +6,8 @@
  * Each cycle starts a child (this binary, --child) that claims and completes
  * records with 64 in flight and writes each key to a pipe only after its
  * complete was acknowledged. The parent kills it with SIGKILL at a random
- * moment (during open, mid-batch, mid-commit), then reopens the store and
+ * moment (mostly mid-traffic: mid-batch, mid-commit; sometimes during open),
+ * then reopens the store and
  * checks that every acknowledged key is completed, decodes and holds the body
  * the child wrote, and that the store still takes writes. At the end every key
  * of every cycle is checked again. Exit 0 when nothing was lost.
@@ -248,9 +249,11 @@ int main(int argc, char **argv) {
       _exit(127);
     }
     close(p[1]);
-    /* mostly 0-150 ms into the run; sometimes right at start-up */
-    int delay = rand() % 8 == 0 ? rand() % 5 : rand() % 150;
-    int64_t kill_at = mono_ms() + delay;
+    /* three cycles in four: 0-100 ms after the first acknowledgement (mid
+     * traffic); the fourth: 0-150 ms after the start (during open, too) */
+    int after_first = rand() % 4 != 0;
+    int delay = rand() % (after_first ? 100 : 150);
+    int64_t kill_at = mono_ms() + (after_first ? 10000 : delay);
     size_t before = acked.n;
     char buf[8192];
     size_t len = 0;
@@ -265,6 +268,10 @@ int main(int argc, char **argv) {
           break; /* the child died on its own */
         len += (size_t)n;
         take_lines(buf, &len, &acked);
+        if (after_first && acked.n > before) {
+          after_first = 0;
+          kill_at = mono_ms() + delay;
+        }
       }
     }
     kill(pid, SIGKILL);
