@@ -7,10 +7,10 @@
  * records with 64 in flight and writes each key to a pipe only after its
  * complete was acknowledged. The parent kills it with SIGKILL at a random
  * moment (mostly mid-traffic: mid-batch, mid-commit; sometimes during open),
- * then reopens the store and
- * checks that every acknowledged key is completed, decodes and holds the body
- * the child wrote, and that the store still takes writes. At the end every key
- * of every cycle is checked again. Exit 0 when nothing was lost.
+ * then reopens the store and checks that every acknowledged key is completed,
+ * decodes and holds the body the child wrote, and that the store still takes
+ * writes. At the end every key of every cycle is checked again. Exit 0 when
+ * nothing was lost.
  */
 #include <errno.h>
 #include <fcntl.h>
