@@ -27,7 +27,7 @@ endforeach()
 
 # tests/unit/test_pg_*.c need a server: they run themselves again under
 # with-postgres.sh when IDEM_TEST_PG_URI is unset.
-foreach(t test_pg_store)
+foreach(t test_pg_store test_pg_mirror)
   if(TARGET ${t})
     target_compile_definitions(${t} PRIVATE IDEM_TEST_SUPPORT="${SUPPORT}")
     set_tests_properties(unit.${t} PROPERTIES LABELS "unit;postgres")
