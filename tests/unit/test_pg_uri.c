@@ -1,0 +1,76 @@
+/* test_pg_uri.c - the postgres:// store URI: idem's own options are taken
+ * out, libpq's pass through, a connect timeout is added unless given. No
+ * server needed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/postgres.h"
+
+static void parse_ok(const char *uri, const char *conninfo, int migrate, int pool, int batch,
+                     int64_t timeout_ms) {
+  idem_pg_uri u;
+  char *msg = NULL;
+  assert_int_equal(idem_pg_uri_parse(uri, &u, &msg), 0);
+  assert_null(msg);
+  assert_string_equal(u.conninfo, conninfo);
+  assert_int_equal(u.migrate, migrate);
+  assert_int_equal(u.pool, pool);
+  assert_int_equal(u.batch, batch);
+  assert_int_equal(u.timeout_ms, timeout_ms);
+  free(u.conninfo);
+}
+
+static void parse_bad(const char *uri, const char *words) {
+  idem_pg_uri u;
+  char *msg = NULL;
+  assert_int_equal(idem_pg_uri_parse(uri, &u, &msg), IDEM_EURI);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, words));
+  free(msg);
+}
+
+static void options_are_taken_out(void **state) {
+  (void)state;
+  parse_ok("postgres://u@h/db", "postgres://u@h/db?connect_timeout=10", 0, 2, 64, 10000);
+  parse_ok("postgresql://u:p@h:5433/db?migrate=1",
+           "postgresql://u:p@h:5433/db?connect_timeout=10", 1, 2, 64, 10000);
+  parse_ok("postgres://h/db?sslmode=disable&pool=8&batch=1&timeout=2s&application_name=x",
+           "postgres://h/db?sslmode=disable&application_name=x&connect_timeout=10", 0, 8, 1,
+           2000);
+  parse_ok("postgres://h/db?pool=3&connect_timeout=3&migrate=true",
+           "postgres://h/db?connect_timeout=3", 1, 3, 64, 10000);
+  parse_ok("postgres:///db?host=/run/postgresql&migrate=0",
+           "postgres:///db?host=/run/postgresql&connect_timeout=10", 0, 2, 64, 10000);
+}
+
+static void bad_options_are_refused(void **state) {
+  (void)state;
+  parse_bad("redis://h", "postgres://");
+  parse_bad("postgres://h/db?pool=0", "pool=");
+  parse_bad("postgres://h/db?pool=65", "pool=");
+  parse_bad("postgres://h/db?pool=", "pool=");
+  parse_bad("postgres://h/db?batch=2000", "batch=");
+  parse_bad("postgres://h/db?migrate=2", "migrate=");
+  parse_bad("postgres://h/db?timeout=10", "timeout=");
+}
+
+static void messages_are_one_line(void **state) {
+  (void)state;
+  char *m = idem_pg_message("postgres", "connection failed: refused\n\tIs the server running?\n");
+  assert_string_equal(m, "postgres: connection failed: refused Is the server running?");
+  free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(options_are_taken_out),
+      cmocka_unit_test(bad_options_are_refused),
+      cmocka_unit_test(messages_are_one_line),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
