@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -344,6 +345,58 @@ static void on_result(idem_store *store, const idem_result *res, void *arg) {
   *slot = res->err;
 }
 
+/* A child process (this binary, --hold-write-lock PATH) that holds the
+ * environment's write transaction until its stdin closes. */
+typedef struct {
+  pid_t pid;
+  int to_child;
+} lock_holder;
+
+static int hold_lock_main(const char *path) {
+  MDB_env *env;
+  MDB_txn *txn;
+  if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 4) || mdb_env_open(env, path, 0, 0600) ||
+      mdb_txn_begin(env, NULL, 0, &txn))
+    return 1;
+  if (write(1, "L", 1) != 1)
+    return 1;
+  char c;
+  while (read(0, &c, 1) > 0)
+    ;
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return 0;
+}
+
+static lock_holder hold_write_lock(const char *path) {
+  int in[2], out[2];
+  assert_int_equal(pipe(in), 0);
+  assert_int_equal(pipe(out), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    execl("/proc/self/exe", "test_lmdb_store", "--hold-write-lock", path, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  char c;
+  assert_int_equal(read(out[0], &c, 1), 1); /* it holds the lock */
+  close(out[0]);
+  return (lock_holder){pid, in[1]};
+}
+
+static void release_write_lock(lock_holder *h) {
+  close(h->to_child);
+  int status;
+  assert_int_equal(waitpid(h->pid, &status, 0), h->pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void full_map_refuses_per_request(void **state) {
   (void)state;
   char p[300], key[32];
@@ -391,6 +444,12 @@ static void full_map_refuses_per_request(void **state) {
     for (int i = 0; i < 5; i++)
       pending += errs[i] == 1;
   }
+  /* Another process holds LMDB's writer lock while the completes queue up,
+   * so that at least ops 1-4 (the 2 MiB one among them) share a batch. */
+  idem_lmdb_stats st;
+  assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
+  uint64_t commits_before = st.commits;
+  lock_holder holder = hold_write_lock(p);
   for (int i = 0; i < 5; i++) {
     assert_int_equal(errs[i], 0);
     errs[i] = 1;
@@ -398,6 +457,7 @@ static void full_map_refuses_per_request(void **state) {
     idem_op op = complete_op(NULL, key, 1, body, i == 2 ? (size_t)(2 << 20) : 10, TTL_LONG_MS);
     assert_int_equal(idem_store_submit(store, &op, on_result, &errs[i]), 0);
   }
+  release_write_lock(&holder);
   for (int pending = 5; pending;) {
     uv_run(&loop, UV_RUN_ONCE);
     pending = 0;
@@ -406,9 +466,10 @@ static void full_map_refuses_per_request(void **state) {
   }
   for (int i = 0; i < 5; i++)
     assert_int_equal(errs[i], i == 2 ? IDEM_EFULL : 0);
-  idem_lmdb_stats st;
   assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
   assert_true(st.errors_full >= 1);
+  assert_true(st.commits - commits_before <= 2); /* 4 completes in at most 2 commits */
+  assert_true(st.max_batch >= 3);
   int closed = 0;
   idem_store_close(store, on_closed, &closed);
   while (!closed)
@@ -611,7 +672,9 @@ static int teardown(void **state) {
   return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--hold-write-lock"))
+    return hold_lock_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
