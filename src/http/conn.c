@@ -35,6 +35,8 @@ struct gw_conn {
   int peer_eof;
   int reading;
   int cont_pending;
+  int in_process; /* process() is on the stack */
+  int served;     /* answered at least one request */
 };
 
 static void process(gw_conn *c);
@@ -265,6 +267,7 @@ static void dispatch(gw_conn *c, gw_request *req) {
   ex->req = req;
   ex->started_ns = uv_hrtime();
   c->ex = ex;
+  c->served = 1;
   c->refs++;
   /* Reading goes on while the request runs (no epoll_ctl per request);
    * pipelined bytes wait in c->in, and read_cb stops past a bound. */
@@ -273,6 +276,9 @@ static void dispatch(gw_conn *c, gw_request *req) {
 }
 
 static void process(gw_conn *c) {
+  if (c->in_process)
+    return;
+  c->in_process = 1;
   while (!c->ex && !c->closing && !c->lingering && c->in_off < c->in.len) {
     int was_started = c->rp.started;
     size_t used = 0;
@@ -287,17 +293,16 @@ static void process(gw_conn *c) {
                          : st == 431 ? GW_OUT_HEADER_TOO_LARGE
                                      : GW_OUT_BAD_REQUEST);
       send_error(c, st, c->rp.error_detail);
-      return;
+      break;
     }
     if (r == GW_PARSE_HEAD) {
       send_continue(c);
       continue;
     }
-    if (r == GW_PARSE_DONE) {
-      dispatch(c, gw_reqparser_take(&c->rp));
-      break;
-    }
+    if (r == GW_PARSE_DONE)
+      dispatch(c, gw_reqparser_take(&c->rp)); /* may be answered at once */
   }
+  c->in_process = 0;
   if (c->closing || c->lingering)
     return;
   if (c->in_off == c->in.len) {
@@ -313,6 +318,13 @@ static void process(gw_conn *c) {
       return;
     }
     start_reading(c);
+    if (c->rp.started) {
+      if (c->timer_mode != T_REQUEST)
+        timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
+    } else if (c->timer_mode != T_REQUEST || c->served) {
+      /* between requests (a new connection keeps its first deadline) */
+      timer_set(c, T_IDLE, c->w->cfg->idle_timeout_ms);
+    }
   }
 }
 
@@ -346,9 +358,10 @@ static void linger_close(gw_conn *c) {
   start_reading(c);
 }
 
-static void write_cb(uv_write_t *wr, int status) {
-  gw_exchange *ex = wr->data;
-  gw_conn *c = ex->conn;
+/* The answer is written (status 0) or failed: end the exchange and go on
+ * with the connection. Runs from write_cb, or at once when the answer went
+ * out in one uv_try_write. */
+static void response_done(gw_conn *c, gw_exchange *ex, int status) {
   int close = ex->close_after;
   c->ex = NULL;
   if (close || status < 0)
@@ -359,14 +372,14 @@ static void write_cb(uv_write_t *wr, int status) {
     conn_close(c);
   else if (close)
     linger_close(c);
-  else if (!c->closing) {
-    process(c);
-    if (!c->ex && !c->closing && !c->rp.started)
-      timer_set(c, T_IDLE, c->w->cfg->idle_timeout_ms);
-    else if (!c->ex && !c->closing && c->timer_mode != T_REQUEST)
-      timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
-  }
+  else if (!c->closing)
+    process(c); /* a no-op inside process(): its loop goes on instead */
   conn_unref(c);
+}
+
+static void write_cb(uv_write_t *wr, int status) {
+  gw_exchange *ex = wr->data;
+  response_done(ex->conn, ex, status);
 }
 
 void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
@@ -419,13 +432,35 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
     ex->out_bufs[n++] = uv_buf_init((char *)body, (unsigned)body_len);
   ex->wreq.data = ex;
   ex->close_after = close;
-  if (uv_write(&ex->wreq, (uv_stream_t *)&c->tcp, ex->out_bufs, n, write_cb)) {
-    exchange_free(ex);
-    c->ex = NULL;
-    conn_close(c);
-    conn_unref(c);
+  /* Most answers fit the socket buffer: write them now, without a queued
+   * write request (libuv 1.44 re-arms epoll after every queued write). */
+  size_t total = 0;
+  for (unsigned i = 0; i < n; i++)
+    total += ex->out_bufs[i].len;
+  int wrote = uv_try_write((uv_stream_t *)&c->tcp, ex->out_bufs, n);
+  if (wrote >= 0 && (size_t)wrote == total) {
+    response_done(c, ex, 0);
     return;
   }
+  if (wrote < 0 && wrote != UV_EAGAIN) {
+    response_done(c, ex, wrote);
+    return;
+  }
+  uv_buf_t rest[2];
+  unsigned k = 0;
+  size_t skip = wrote > 0 ? (size_t)wrote : 0;
+  for (unsigned i = 0; i < n; i++) {
+    if (skip >= ex->out_bufs[i].len) {
+      skip -= ex->out_bufs[i].len;
+      continue;
+    }
+    rest[k++] = uv_buf_init(ex->out_bufs[i].base + skip,
+                            (unsigned)(ex->out_bufs[i].len - skip));
+    skip = 0;
+  }
+  int rc = uv_write(&ex->wreq, (uv_stream_t *)&c->tcp, rest, k, write_cb);
+  if (rc)
+    response_done(c, ex, rc);
 }
 
 void gw_conn_problem(gw_exchange *ex, int status, const char *slug,

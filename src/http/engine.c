@@ -436,7 +436,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   case IDEM_BUSY:
   default: {
     uint64_t now = uv_now(&ex->w->loop);
-    if (cfg->wait_ms > 0 && !ex->w->stopping) {
+    if (cfg->wait_ms > 0) { /* also while stopping: it is in flight */
       if (!ex->wait_deadline)
         ex->wait_deadline = (int64_t)now + cfg->wait_ms;
       if ((int64_t)now < ex->wait_deadline) {

@@ -25,6 +25,7 @@ typedef struct up_conn {
   int msg_done;
   int too_large;
   int writing;
+  int sent_any; /* some byte of the request reached the socket */
   int in_body; /* header callbacks now carry trailers: dropped */
   size_t got;
   /* the request in flight */
@@ -300,17 +301,40 @@ static void write_cb(uv_write_t *w, int status) {
 static void send_now(up_conn *c) {
   c->state = UC_BUSY;
   c->got = 0;
+  c->sent_any = 0;
   c->msg_done = 0;
   c->too_large = 0;
   http_parser_init(&c->p, HTTP_RESPONSE);
   c->p.data = c;
-  c->writing = 1;
   c->wreq.data = c;
-  int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, c->bufs, c->nbufs,
-                    write_cb);
-  if (rc < 0) {
+  /* Write at once when the socket takes it all: no queued write request
+   * (libuv 1.44 re-arms epoll after each one). */
+  size_t total = 0;
+  for (unsigned i = 0; i < c->nbufs; i++)
+    total += c->bufs[i].len;
+  int wrote = uv_try_write((uv_stream_t *)&c->tcp, c->bufs, c->nbufs);
+  if (wrote >= 0 && (size_t)wrote == total)
+    return;
+  if (wrote < 0 && wrote != UV_EAGAIN) {
+    /* not a byte went out: fail (or retry) from the loop, via the timer */
+    uv_timer_start(&c->timer, on_write_failed, 0, 0);
+    return;
+  }
+  uv_buf_t rest[4];
+  unsigned k = 0;
+  size_t skip = wrote > 0 ? (size_t)wrote : 0;
+  c->sent_any = wrote > 0;
+  for (unsigned i = 0; i < c->nbufs && k < 4; i++) {
+    if (skip >= c->bufs[i].len) {
+      skip -= c->bufs[i].len;
+      continue;
+    }
+    rest[k++] = uv_buf_init(c->bufs[i].base + skip, (unsigned)(c->bufs[i].len - skip));
+    skip = 0;
+  }
+  c->writing = 1;
+  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, rest, k, write_cb) < 0) {
     c->writing = 0;
-    /* fail from the loop, not from inside upstream_send: via the timer */
     uv_timer_start(&c->timer, on_write_failed, 0, 0);
   }
 }
@@ -324,14 +348,19 @@ static void on_timer(uv_timer_t *t) {
   conn_close(c);
 }
 
-/* Deferred failure of a write that could not even start. */
+/* Deferred failure of a write that could not even start. When not a byte
+ * went out the upstream never saw the request: a reused connection that
+ * turned out closed is retried on a fresh one (whatever the method), and a
+ * fresh one counts as unreachable (the key is released). */
 static void on_write_failed(uv_timer_t *t) {
   up_conn *c = t->data;
   if (c->state == UC_BUSY) {
-    if (c->reused && c->retry_safe)
+    if (c->sent_any)
+      finish(c, UP_RESET);
+    else if (c->reused)
       retry_fresh(c);
     else
-      finish(c, UP_RESET);
+      finish(c, UP_CONNECT_FAILED);
   }
   conn_close(c);
 }
