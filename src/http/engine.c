@@ -305,6 +305,11 @@ static void on_upstream(void *arg, upstream_response *up) {
     /* The request ran but its answer cannot be kept. Releasing would let a
      * retry run it twice, so the key is completed with a 502 that says so. */
     gw_buf *b = &ex->out_body, *h = &ex->stored_headers;
+    fprintf(stderr,
+            "idem serve: upstream %s %.*s: answer exceeded --max-response; key "
+            "'%s' (fence %" PRIu64 ") completed with a 502\n",
+            ex->req->method, (int)(ex->req->target.len > 200 ? 200 : ex->req->target.len),
+            ex->req->target.p, ex->key, ex->fence);
     b->len = h->len = 0;
     policy_problem(b, 502, "upstream-response-too-large",
                    "Upstream response too large",
