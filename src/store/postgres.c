@@ -82,7 +82,7 @@ struct pg_store {
   int nconns;
   pg_conn_t *conns;
   req_queue pending; /* submitted, not yet sent */
-  req_queue solo;    /* from a failed batch: sent again one per transaction */
+  req_queue solo;    /* one per transaction: gc, and a failed batch again */
   uv_prepare_t prepare; /* sends what this turn of the loop submitted */
   int prepare_closed;
   int closing; /* 1: closing, 2: freed */
@@ -600,7 +600,9 @@ static void pg_submit(idem_store *store, idem_req *req) {
     idem_req_fail(req, IDEM_ESTORE);
     return;
   }
-  push(&st->pending, req);
+  /* gc locks its rows in expiry order, not key order: alone it cannot
+   * take part in a deadlock with a batch */
+  push(req->op.kind == IDEM_OP_GC ? &st->solo : &st->pending, req);
   /* sent at the end of this turn of the loop, with whatever else comes */
   uv_prepare_start(&st->prepare, on_prepare);
 }
