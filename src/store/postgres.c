@@ -19,8 +19,10 @@
  *  - one failing statement aborts its whole batch: nothing of it is
  *    committed, so its operations are sent again one per transaction, and
  *    only the one that fails on its own reports the error.
+ * (gc, whose row locks follow the expiry index, always runs alone.)
  *
- * A lost connection fails the operations it carried with IDEM_ESTORE (their
+ * A lost connection, or one silent for timeout= (default 10s) while it owes
+ * answers, fails the operations it carried with IDEM_ESTORE (their
  * fate is unknown to us: the batch may have committed) and comes back with
  * capped exponential backoff. While no connection is up, new operations fail
  * at once with IDEM_ESTORE instead of waiting: the gateway answers 503 and
