@@ -210,6 +210,20 @@ int gw_run(const gw_config *cfg) {
 
   int port = cfg->listen.port;
   int n = cfg->workers;
+  if (port != 0) {
+    /* SO_REUSEPORT would let this process share a port another process
+     * (say, a second idem serve) already listens on, splitting traffic
+     * between them unnoticed: make sure the port is free first. */
+    int probe_port = port;
+    int probe = listen_socket(cfg->listen.host, &probe_port, 0);
+    if (probe < 0) {
+      char a[300];
+      gw_addr_format(cfg->listen.host, port, a, sizeof a);
+      fprintf(stderr, "idem serve: cannot listen on %s: %s\n", a, strerror(-probe));
+      return 1;
+    }
+    close(probe);
+  }
   int *fds = calloc((size_t)n, sizeof *fds);
   srv.workers = calloc((size_t)n, sizeof *srv.workers);
   if (!fds || !srv.workers) {
