@@ -14,6 +14,7 @@
 #include "http/config.c"
 #include "http/msg.c"
 #include "http/policy.c"
+#include "http/metrics.c"
 
 static void add_header(gw_headers *h, const char *name, const char *value) {
   assert_int_equal(gw_headers_on_field(h, name, strlen(name)), 0);
@@ -176,12 +177,39 @@ static void test_tokens(void **state) {
   gw_headers_free(&h);
 }
 
+static void test_metrics(void **state) {
+  (void)state;
+  gw_metrics_outcome(GW_OUT_REPLAYED);
+  gw_metrics_outcome(GW_OUT_REPLAYED);
+  gw_metrics_observe(GW_HIST_CLAIM, 700);      /* 0.7 ms */
+  gw_metrics_observe(GW_HIST_UPSTREAM, 20000000); /* 20 s */
+  gw_metrics_leases(2);
+  gw_metrics_leases(-1);
+  gw_buf b = {0};
+  assert_int_equal(gw_metrics_render(&b), 0);
+  assert_int_equal(gw_buf_append(&b, "", 1), 0);
+  const char *t = b.p;
+  assert_non_null(strstr(t, "# TYPE idem_requests_total counter\n"));
+  assert_non_null(strstr(t, "idem_requests_total{outcome=\"replayed\"} 2\n"));
+  assert_non_null(strstr(t, "idem_requests_total{outcome=\"executed\"} 0\n"));
+  /* cumulative buckets: 0.7 ms is not <= 0.5 ms, is <= 1 ms */
+  assert_non_null(strstr(t, "idem_store_latency_seconds_bucket{op=\"claim\",le=\"0.0005\"} 0\n"));
+  assert_non_null(strstr(t, "idem_store_latency_seconds_bucket{op=\"claim\",le=\"0.001\"} 1\n"));
+  assert_non_null(strstr(t, "idem_store_latency_seconds_bucket{op=\"claim\",le=\"+Inf\"} 1\n"));
+  assert_non_null(strstr(t, "idem_store_latency_seconds_count{op=\"claim\"} 1\n"));
+  assert_non_null(strstr(t, "idem_upstream_latency_seconds_bucket{le=\"10\"} 0\n"));
+  assert_non_null(strstr(t, "idem_upstream_latency_seconds_bucket{le=\"30\"} 1\n"));
+  assert_non_null(strstr(t, "idem_upstream_latency_seconds_sum 20.000000\n"));
+  assert_non_null(strstr(t, "idem_inflight_leases 1\n"));
+  gw_buf_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_methods),    cmocka_unit_test(test_key),
       cmocka_unit_test(test_scope),      cmocka_unit_test(test_status),
       cmocka_unit_test(test_hop_headers), cmocka_unit_test(test_problem),
-      cmocka_unit_test(test_tokens),
+      cmocka_unit_test(test_tokens),     cmocka_unit_test(test_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
