@@ -183,6 +183,7 @@ typedef struct {
   uint64_t fence;        /* complete, fail, release */
   int64_t lease_ms;      /* claim: how long the processing lease lasts */
   int64_t ttl_ms;        /* claim, complete, fail: retention from now */
+                         /* (both 1 ms..100 years, else IDEM_EINVAL) */
   unsigned flags;        /* claim: IDEM_CLAIM_* */
   idem_response response; /* complete, fail */
   size_t limit;          /* list: most records; gc: most deletions (0: 1000) */

@@ -154,6 +154,14 @@ static int valid_response(const idem_response *r) {
 
 static int valid_key(const char *key) { return key && idem_key_valid(key, strlen(key)); }
 
+/* Leases and retentions are added to the store's clock (now + ttl_ms, in C,
+ * in Lua's doubles, in SQL): past this bound the sum overflows or loses
+ * precision and the record would be born expired, letting a duplicate run.
+ * The same bound as idem_parse_duration: about 100 years. */
+#define DURATION_MAX_MS INT64_C(3155760000000)
+
+static int valid_duration(int64_t ms) { return ms > 0 && ms <= DURATION_MAX_MS; }
+
 static int validate(const idem_op *op) {
   if (!valid_scope(op->scope))
     return IDEM_ESCOPE;
@@ -161,12 +169,14 @@ static int validate(const idem_op *op) {
   case IDEM_OP_CLAIM:
     if (!valid_key(op->key))
       return IDEM_EKEY;
-    return op->lease_ms > 0 && op->ttl_ms > 0 ? 0 : IDEM_EINVAL;
+    return valid_duration(op->lease_ms) && valid_duration(op->ttl_ms) ? 0 : IDEM_EINVAL;
   case IDEM_OP_COMPLETE:
   case IDEM_OP_FAIL:
     if (!valid_key(op->key))
       return IDEM_EKEY;
-    return op->fence > 0 && op->ttl_ms > 0 && valid_response(&op->response) ? 0 : IDEM_EINVAL;
+    return op->fence > 0 && valid_duration(op->ttl_ms) && valid_response(&op->response)
+               ? 0
+               : IDEM_EINVAL;
   case IDEM_OP_RELEASE:
     if (!valid_key(op->key))
       return IDEM_EKEY;

@@ -523,6 +523,50 @@ static void invalid_operations_are_refused(void **state) {
   assert_int_equal(idem_sync_run(db, &fin, &res), IDEM_EINVAL);
 }
 
+/* A caller who asks for "forever" (INT64_MAX) must never get a record that
+ * has already expired: now + ttl overflowing to the past would make the key
+ * unseen at once and let a duplicate run a second time. Either the store
+ * refuses the duration, or it keeps the record. */
+static void huge_durations_never_let_a_duplicate_run(void **state) {
+  (void)state;
+  const int64_t huge[] = {INT64_MAX, INT64_MAX / 2 + 1};
+  for (size_t h = 0; h < sizeof huge / sizeof huge[0]; h++) {
+    for (int which = 0; which < 2; which++) {
+      char name[40];
+      snprintf(name, sizeof name, "huge-%zu-%d", h, which);
+      const char *key = unique_key(name);
+      idem_op op = claim_op("", key, "a", 60000);
+      if (which == 0)
+        op.ttl_ms = huge[h];
+      else
+        op.lease_ms = huge[h];
+      idem_result res;
+      int err = idem_sync_run(db, &op, &res);
+      if (err == IDEM_EINVAL)
+        continue; /* refused up front: nothing ran */
+      assert_int_equal(err, 0);
+      assert_true(claimed(&res, 1));
+      assert_int_equal(claim("", key, "a", 60000, &res), 0);
+      assert_int_equal(res.outcome, IDEM_BUSY); /* not a second CLAIMED */
+      idem_result_clear(&res);
+    }
+    /* complete with a huge retention: still replays */
+    const char *key = unique_key(h ? "huge-complete-half" : "huge-complete");
+    idem_result res;
+    assert_int_equal(claim("", key, "a", 60000, &res), 0);
+    assert_true(claimed(&res, 1));
+    int err = finish(IDEM_OP_COMPLETE, "", key, 1, 200, "kept", huge[h]);
+    if (err == IDEM_EINVAL) {
+      assert_int_equal(complete("", key, 1, "kept"), 0);
+    } else {
+      assert_int_equal(err, 0);
+    }
+    assert_int_equal(claim("", key, "a", 60000, &res), 0);
+    assert_int_equal(res.outcome, IDEM_REPLAY);
+    idem_result_clear(&res);
+  }
+}
+
 static void longest_scope_and_key_work(void **state) {
   (void)state;
   char scope[256], key[256];
@@ -738,6 +782,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(list_returns_the_scope_records),
       cmocka_unit_test(gc_removes_expired_records),
       cmocka_unit_test(invalid_operations_are_refused),
+      cmocka_unit_test(huge_durations_never_let_a_duplicate_run),
       cmocka_unit_test(longest_scope_and_key_work),
       cmocka_unit_test(concurrent_claims_on_one_loop_give_one_claim),
       cmocka_unit_test(concurrent_claims_from_threads_give_one_claim),
