@@ -107,6 +107,45 @@ class Robustness(GatewayTestCase):
                 self.assertNotRegex(k, r"[\s:]", "bad field name forwarded: %r" % (r["headers"],))
 
 
+class SteadyMemory(GatewayTestCase):
+    def _rss_kib(self, pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def test_no_growth_on_paths_that_store_nothing(self):
+        # replays, pass-through, 422 and 400 keep no state: after a warm-up,
+        # 4000 more of each must not grow the gateway's resident memory
+        from harness import RawConn, request_bytes
+        up = self.start_upstream()
+        gw = self.start_gateway(up)
+        self.assertEqual(gw.request("POST", "/r", body=b"x", key="rep").status, 200, self.gw_log())
+        conns = [RawConn(gw.port) for _ in range(4)]
+        self.addCleanup(lambda: [c.close() for c in conns])
+        reqs = {
+            "replay": request_bytes("POST", "/r", b"x", key="rep"),
+            "pass-through": request_bytes("GET", "/g", headers={"X-Test-Id": "g"}),
+            "422": request_bytes("POST", "/r", b"other", key="rep"),
+            "400": request_bytes("POST", "/r", b"x", key="bad key"),
+        }
+
+        def burst(n, raw):
+            for i in range(n):
+                c = conns[i % len(conns)]
+                c.send(raw)
+                c.read_response()
+        growth = {}
+        for name, raw in reqs.items():
+            burst(1000, raw)
+            before = self._rss_kib(gw.pid)
+            burst(4000, raw)
+            growth[name] = self._rss_kib(gw.pid) - before
+        self.assertTrue(all(g < 2048 for g in growth.values()),
+                        "resident memory grew (KiB): %s" % growth)
+
+
 class FdExhaustion(GatewayTestCase):
     def _cpu_seconds(self, pid):
         with open("/proc/%d/stat" % pid) as f:
