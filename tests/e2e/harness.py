@@ -55,7 +55,7 @@ from upstream import Upstream  # noqa: E402  (re-exported)
 SRC = os.path.dirname(os.path.dirname(HERE))
 
 __all__ = ["Gateway", "Upstream", "GatewayTestCase", "RawConn", "Response",
-           "free_port", "idem_bin", "run_idem", "wait_for", "main"]
+           "free_port", "idem_bin", "request_bytes", "run_idem", "wait_for", "main"]
 
 
 def idem_bin():

@@ -238,6 +238,20 @@ class Limits(GatewayTestCase):
         self.assertEqual(got[3].body, got[0].body)
         self.assertEqual(self.up.count("p1"), 1)
 
+    def test_nothing_after_connection_close_in_a_pipeline(self):
+        # RFC 9112 9.6: after a request with Connection: close the server
+        # closes; later pipelined requests are not processed
+        gw = self.start_gateway(self.up)
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/c1", b"1", key="cc1") +
+                   request_bytes("POST", "/c2", b"2", key="cc2", headers={"Connection": "close"}) +
+                   request_bytes("POST", "/c3", b"3", key="cc3"))
+            self.assertEqual(c.read_response().json()["target"], "/c1", self.gw_log())
+            self.assertEqual(c.read_response().json()["target"], "/c2")
+            self.assertTrue(c.closed(5), "connection open after Connection: close")
+        self.assertEqual(self.up.wait_count("cc3", 1, timeout=1), 0,
+                         "request after Connection: close was run")
+
     def test_deep_pipeline(self):
         gw = self.start_gateway(self.up)
         reqs = []
