@@ -59,6 +59,26 @@ class Concurrency(GatewayTestCase):
         self.assertLess(waited, 5.0)
         self.assertEqual(self.up.count("w"), 1)
 
+    def test_wait_after_a_released_first_runs_again(self):
+        # the first answer is a 503 (released): the waiting duplicate is a
+        # retry of a released key, so it runs (with a higher fence), it does
+        # not replay the 503
+        gw = self.start_gateway(self.up, "--wait", "5s")
+        res = {}
+        t = threading.Thread(target=lambda: res.setdefault("a", gw.request(
+            "POST", "/c", body=b"c", key="wr",
+            headers={"X-Test-Delay-Ms": "800", "X-Test-Status": "503"})), daemon=True)
+        t.start()
+        self.assertEqual(self.up.wait_count("wr", 1), 1, self.gw_log())
+        r = gw.request("POST", "/c", body=b"c", key="wr")
+        t.join(30)
+        self.assertEqual(res["a"].status, 503)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("wr"), 2)
+        f = [int(x) for x in self.up.fences("wr")]
+        self.assertGreater(f[1], f[0])
+
     def test_wait_gives_up_with_409(self):
         gw = self.start_gateway(self.up, "--wait", "300ms")
         t, res = self._in_background(gw, "wg", 3000)
