@@ -76,8 +76,13 @@ void idem_req_finish(idem_req *req) {
   else
     store->done_head = req;
   store->done_tail = req;
-  pthread_mutex_unlock(&store->done_lock);
+  /* Wake the loop before unlocking: once the req is visible, the loop may
+   * deliver it, find nothing in flight, close and free the store; a send
+   * made after the unlock could then touch freed memory (a handle closed
+   * while another thread, such as the LMDB writer shared with other
+   * handles, still finishes its reqs). on_done takes this lock first. */
   uv_async_send(&store->done_async);
+  pthread_mutex_unlock(&store->done_lock);
 }
 
 void idem_req_fail(idem_req *req, int err) {

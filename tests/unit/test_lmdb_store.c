@@ -4,8 +4,12 @@
  * reopen, group commit, a full map refused per request, the expiry index,
  * gc and the background sweeper, handles sharing one environment.
  */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <lmdb.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +25,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "store/lmdb.h"
 
 #define TTL_LONG_MS (3600 * 1000)
@@ -659,6 +664,83 @@ static void delete_and_list(void **state) {
   idem_sync_close(s);
 }
 
+/* ---- closing one of several handles on one environment ----------------- */
+
+/* The writer thread finishes a req with idem_req_finish, which queues it and
+ * wakes the handle's loop with uv_async_send. This test binary interposes
+ * uv_async_send to hold back the writer's second wake-up of one handle (the
+ * first wakes the loop) until that handle is gone, or 100 ms at most: a
+ * send that is still to come when the loop has delivered every req, run
+ * close_cb and freed the handle would touch freed memory. It is recorded
+ * instead of made. */
+static _Atomic(idem_store *) slow_store;
+static pthread_t slow_loop_thread;
+static atomic_int slow_sends, slow_holding, slow_freed, slow_late, slow_done;
+
+static int64_t mono_ms(void) { return (int64_t)(uv_hrtime() / 1000000); }
+
+int uv_async_send(uv_async_t *async) {
+  static int (*real)(uv_async_t *);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "uv_async_send");
+  idem_store *s = atomic_load(&slow_store);
+  if (!s || async != &s->done_async || pthread_equal(pthread_self(), slow_loop_thread))
+    return real(async);
+  if (atomic_fetch_add(&slow_sends, 1) == 0)
+    return real(async);
+  atomic_store(&slow_holding, 1);
+  int64_t until = mono_ms() + 100;
+  while (!atomic_load(&slow_freed) && mono_ms() < until)
+    sched_yield();
+  int rc = 0;
+  if (atomic_load(&slow_freed))
+    atomic_store(&slow_late, 1); /* the handle is gone: do not touch it */
+  else
+    rc = real(async);
+  atomic_store(&slow_done, 1);
+  return rc;
+}
+
+static void closing_a_shared_handle_never_touches_it_afterwards(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *other; /* keeps the environment and its writer alive */
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &other, NULL), 0);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &store, NULL), 0);
+  slow_loop_thread = pthread_self();
+  atomic_store(&slow_store, store);
+  int results[2] = {1, 1};
+  for (int i = 0; i < 2; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "shared-%d", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    assert_int_equal(idem_store_submit(store, &op, on_result, &results[i]), 0);
+  }
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed); /* both claims still in flight */
+  /* the writer has finished both, and holds back the second wake-up */
+  int64_t deadline = mono_ms() + DEADLINE_MS;
+  while (!atomic_load(&slow_holding) && mono_ms() < deadline)
+    sched_yield();
+  assert_true(atomic_load(&slow_holding));
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  atomic_store(&slow_freed, 1); /* close_cb has run and the handle is freed */
+  while (!atomic_load(&slow_done) && mono_ms() < deadline)
+    sched_yield();
+  atomic_store(&slow_store, NULL);
+  assert_int_equal(results[0], 0);
+  assert_int_equal(results[1], 0);
+  assert_int_equal(atomic_load(&slow_late), 0);
+  assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  idem_sync_close(other);
+}
+
 static int setup(void **state) {
   (void)state;
   const char *tmp = getenv("TMPDIR");
@@ -687,6 +769,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(sweeper_runs_in_the_background),
       cmocka_unit_test(gc_does_not_stall_claims),
       cmocka_unit_test(delete_and_list),
+      cmocka_unit_test(closing_a_shared_handle_never_touches_it_afterwards),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
