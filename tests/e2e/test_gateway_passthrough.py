@@ -197,6 +197,23 @@ class PassThrough(GatewayTestCase):
                                 "hop-by-hop Connection header leaked to the client")
         self.assertEqual(self.up.connections(), 4)
 
+    def test_upstream_idle_close_is_not_a_failure(self):
+        # The upstream closes a pooled connection after answering (an idle
+        # timeout). The next request must not fail on that dead connection.
+        from harness import wait_for
+        gw = self.start_gateway(self.up)
+        for i in range(5):
+            with RawConn(gw.port) as c:
+                c.send(request_bytes("POST", "/ic", b"x", key="ic-a%d" % i,
+                                     headers={"X-Test-Close-After": "1"}))
+                self.assertEqual(c.read_response().status, 200, self.gw_log())
+                wait_for(lambda: self.up.idle_closes() > i, 5, what="the upstream to close")
+                c.send(request_bytes("POST", "/ic", b"x", key="ic-b%d" % i))
+                r = c.read_response()
+            self.assertEqual(r.status, 200, "request %d after an upstream idle close: %r\n%s"
+                             % (i, r, self.gw_log()))
+            self.assertEqual(self.up.count("ic-b%d" % i), 1)
+
     def test_expect_100_continue(self):
         # curl sends Expect: 100-continue for large bodies; RFC 9110 wants an
         # immediate 100 (or a final answer), not a wait for the body.

@@ -20,6 +20,8 @@ carried it. Behaviour is chosen per request by headers:
     X-Test-Garbage: 1         answer with bytes that are not HTTP, then close
     X-Test-Reset: 1           read the request, then reset the connection (RST)
     X-Test-Truncate: 1        send the head and half the body, then close
+    X-Test-Close-After: 1     answer normally (keep-alive), then close the
+                              connection as an idle-timeout would
     X-Test-Bad-Framing: 1     answer with both Content-Length and chunked
     X-Test-Bad-Chunk: 1       answer chunked with an invalid chunk size
     X-Test-Id: ID             count this request under ID instead of its key
@@ -224,6 +226,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(status, payload, extra, chunked=bool(h.get("X-Test-Chunked")),
                    close_delimited=bool(h.get("X-Test-Close-Delimited")))
+        if h.get("X-Test-Close-After"):
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            with owner._lock:
+                owner._closed_after += 1
+                owner._cond.notify_all()
 
     def _send(self, status, payload, headers, chunked=False, close_delimited=False):
         no_body = status in (204, 304) or 100 <= status < 200
@@ -281,6 +289,7 @@ class Upstream:
         self._log = []
         self._counts = {}
         self._conn_seq = 0
+        self._closed_after = 0
         self._open = set()
         self._stopping = threading.Event()
         self._server = None
@@ -334,6 +343,11 @@ class Upstream:
         """Distinct TCP connections that carried executed requests."""
         with self._lock:
             return len({r["conn"] for r in self._log})
+
+    def idle_closes(self):
+        """How many connections X-Test-Close-After has closed so far."""
+        with self._lock:
+            return self._closed_after
 
     def wait_count(self, rid, n, timeout=10.0):
         """Block until count(rid) >= n or timeout; returns the count."""
