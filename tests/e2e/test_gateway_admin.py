@@ -90,6 +90,14 @@ class Admin(GatewayTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertIn("processing", r.body.decode().lower(), r)
 
+    def test_admin_errors(self):
+        gw = self.gw
+        self.assertEqual(gw.admin_request("GET", "/nope").status, 404)
+        self.assertProblem(gw.admin_request("GET", "/keys/" + "k" * 256), 400)
+        self.assertIn(gw.admin_request("POST", "/keys/k").status, (404, 405))
+        self.assertEqual(gw.admin_request("DELETE", "/keys/never-seen").status, 404)
+        self.assertEqual(gw.admin_request("GET", "/healthz").status, 200)
+
     def test_admin_routes_not_on_main_listener(self):
         self.gw.request("POST", "/k", body=b"x", key="hidden")
         r = self.gw.request("DELETE", "/keys/hidden", headers={"X-Test-Id": "del"})

@@ -36,6 +36,7 @@ class Concurrency(GatewayTestCase):
         ra = r.header("Retry-After")
         self.assertIsNotNone(ra, "409 without Retry-After: %r" % r)
         self.assertTrue(ra.strip().isdigit(), "Retry-After not delay-seconds: %r" % ra)
+        self.assertLessEqual(int(ra), 30, "Retry-After past the 30s default lease: %r" % ra)
         self.assertFalse(r.replayed)
         t.join(30)
         self.assertEqual(res.get("r").status, 200, res)
