@@ -97,6 +97,20 @@ class PassThrough(GatewayTestCase):
         self.assertEqual(r.status, 200, self.gw_log())
         self.assertEqual(r.json()["target"], "/slash")
 
+    def test_large_answers_pass_through(self):
+        # Pass-through stores nothing, so no answer size limit applies: a
+        # 12 MiB download reaches the client intact (chunked or not).
+        from upstream import body_bytes
+        gw = self.start_gateway(self.up)
+        size = 12 * 1024 * 1024 + 3
+        for m, rid, extra in (("GET", "dl-get", {}), ("POST", "dl-post", {}),
+                              ("GET", "dl-chunked", {"X-Test-Chunked": "1"})):
+            r = gw.request(m, "/download", body=b"x" if m == "POST" else None,
+                           headers=dict(extra, **{"X-Test-Id": rid, "X-Test-Body-Bytes": str(size)}))
+            self.assertEqual(r.status, 200, "%s %s: %r\n%s" % (m, rid, r, self.gw_log()))
+            self.assertEqual(len(r.body), size, rid)
+            self.assertTrue(r.body == body_bytes(rid, 1, size), "%s: body corrupted" % rid)
+
     def test_put_and_delete_pass_through_by_default(self):
         gw = self.start_gateway(self.up)
         for m in ("PUT", "DELETE"):
