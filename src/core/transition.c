@@ -5,6 +5,7 @@
  * all to it. It reads the stored record and the store's clock and decides;
  * it never allocates, so *next and res->record borrow from cur and op.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "idem/idem.h"
@@ -18,6 +19,16 @@ static int is_live(const idem_record *cur, int64_t now) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* now + a duration, saturating: a huge duration ("forever") must not wrap
+ * into the past and make the record born expired or its lease over. */
+static int64_t after(int64_t now, int64_t ms) {
+  if (ms > 0 && now > INT64_MAX - ms)
+    return INT64_MAX;
+  if (ms < 0 && now < INT64_MIN - ms)
+    return INT64_MIN;
+  return now + ms;
+}
+
 static int take(const idem_record *cur, const idem_op *op, int64_t now,
                 idem_record *next, idem_result *res) {
   memset(next, 0, sizeof *next);
@@ -26,9 +37,9 @@ static int take(const idem_record *cur, const idem_op *op, int64_t now,
   next->state = IDEM_STATE_PROCESSING;
   memcpy(next->fingerprint, op->fingerprint, IDEM_FINGERPRINT_LEN);
   next->fence = (cur ? cur->fence : 0) + 1;
-  next->locked_until = now + op->lease_ms;
+  next->locked_until = after(now, op->lease_ms);
   /* retention never ends before the lease does */
-  next->expires_at = max64(now + op->ttl_ms, next->locked_until);
+  next->expires_at = max64(after(now, op->ttl_ms), next->locked_until);
   next->created_at = is_live(cur, now) ? cur->created_at : now;
   next->updated_at = now;
   res->outcome = IDEM_CLAIMED;
@@ -88,7 +99,7 @@ static int finish(const idem_record *cur, const idem_op *op, int64_t now,
     next->state = IDEM_STATE_UNSEEN;
   } else {
     next->state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED;
-    next->expires_at = now + op->ttl_ms;
+    next->expires_at = after(now, op->ttl_ms);
     next->response = op->response;
   }
   res->fence = cur->fence;

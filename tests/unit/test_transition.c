@@ -165,6 +165,33 @@ static void retention_never_ends_before_the_lease(void **state) {
   assert_int_equal(next.expires_at, NOW + 5000);
 }
 
+/* idem_transition is public: a caller of its own may ask for "forever"
+ * (INT64_MAX). now + duration must not wrap into the past, which would make
+ * the record expired (a duplicate runs again) or its lease over at once. */
+static void huge_durations_saturate(void **state) {
+  (void)state;
+  idem_record next;
+  idem_result res;
+  idem_op op = claim_op(FP_A, 0);
+  op.ttl_ms = INT64_MAX;
+  op.lease_ms = INT64_MAX;
+  assert_int_equal(idem_transition(NULL, &op, NOW, &next, &res), IDEM_WRITE_PUT);
+  assert_true(next.locked_until > NOW);
+  assert_true(next.expires_at >= next.locked_until);
+  idem_record cur = next;
+  assert_int_equal(idem_transition(&cur, &op, NOW + 1, &next, &res), IDEM_WRITE_NONE);
+  assert_int_equal(res.outcome, IDEM_BUSY);
+  assert_true(res.retry_after_ms > 0);
+
+  idem_op end = end_op(IDEM_OP_COMPLETE, cur.fence);
+  end.ttl_ms = INT64_MAX;
+  assert_int_equal(idem_transition(&cur, &end, NOW + 2, &next, &res), IDEM_WRITE_PUT);
+  assert_true(next.expires_at > NOW + 2);
+  cur = next;
+  assert_int_equal(idem_transition(&cur, &op, NOW + 3, &next, &res), IDEM_WRITE_NONE);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+}
+
 typedef struct {
   stored_kind kind;
   idem_op_kind op;
@@ -304,6 +331,7 @@ int main(void) {
       cmocka_unit_test(claim_follows_the_table),
       cmocka_unit_test(claim_writes_a_fresh_processing_record),
       cmocka_unit_test(retention_never_ends_before_the_lease),
+      cmocka_unit_test(huge_durations_saturate),
       cmocka_unit_test(endings_follow_the_table),
       cmocka_unit_test(get_sees_only_live_records),
       cmocka_unit_test(other_operations_are_not_transitions),
