@@ -171,6 +171,14 @@ class Lifecycle(GatewayTestCase):
                 self.assertEqual(rc, 2, "%s: exit %d %r" % (args, rc, err))
                 self.assertIn(args[0], err)
 
+    def test_help_lists_every_flag(self):
+        rc, out, err = run_idem(["serve", "--help"], timeout=15)
+        self.assertEqual(rc, 0, err)
+        for flag in ("--listen", "--upstream", "--store", "--ttl", "--lock-ttl", "--methods",
+                     "--require-key", "--scope-header", "--wait", "--on-store-error",
+                     "--max-body", "--upstream-timeout", "--admin-listen"):
+            self.assertIn(flag, out + err, "--help does not mention %s" % flag)
+
     def test_missing_upstream_exits_2(self):
         rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
                                  "--store", "memory:x"], timeout=15)
