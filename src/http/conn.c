@@ -12,6 +12,7 @@
 
 #define READ_CHUNK 65536
 #define LINGER_MS 2000
+#define DRAIN_GRACE_MS 1000 /* shutdown: wait for a new connection's request */
 #define PIPELINE_BUFFER (1u << 20) /* pipelined input held while answering */ /* after an error answer: drain input, then close */
 
 enum { T_NONE = 0, T_REQUEST, T_IDLE, T_LINGER };
@@ -104,10 +105,6 @@ static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
       free(ex->req);
     }
   }
-  if (ex->replay) {
-    idem_record_clear(ex->replay);
-    free(ex->replay);
-  }
   gw_buf bufs[6] = {ex->up_head, ex->up.body, ex->stored_headers, ex->out_hdrs,
                     ex->out_head, ex->out_body};
   gw_headers uph = ex->up.headers;
@@ -135,10 +132,6 @@ static void exchange_free(gw_exchange *ex) {
   gw_buf_free(&ex->up_head);
   upstream_response_free(&ex->up);
   gw_buf_free(&ex->stored_headers);
-  if (ex->replay) {
-    idem_record_clear(ex->replay);
-    free(ex->replay);
-  }
   gw_buf_free(&ex->out_hdrs);
   gw_buf_free(&ex->out_head);
   gw_buf_free(&ex->out_body);
@@ -321,7 +314,7 @@ static void process(gw_conn *c) {
     if (c->rp.started) {
       if (c->timer_mode != T_REQUEST)
         timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
-    } else if (c->timer_mode != T_REQUEST || c->served) {
+    } else if (c->served) {
       /* between requests (a new connection keeps its first deadline) */
       timer_set(c, T_IDLE, c->w->cfg->idle_timeout_ms);
     }
@@ -530,8 +523,18 @@ void gw_conn_drain_all(gw_worker *w) {
   gw_conn *c = w->conns;
   while (c) {
     gw_conn *next = c->next;
-    if (!c->ex && !c->rp.started && !c->lingering)
-      conn_close(c);
+    if (!c->ex && !c->rp.started && !c->lingering) {
+      if (c->served) {
+        conn_close(c); /* idle keep-alive: clients expect such closes */
+      } else {
+        /* Accepted, its first request not read yet (it may be in flight):
+         * give it a moment; it is answered with Connection: close. */
+        int64_t grace = w->cfg->client_timeout_ms < DRAIN_GRACE_MS
+                            ? w->cfg->client_timeout_ms
+                            : DRAIN_GRACE_MS;
+        timer_set(c, T_IDLE, grace);
+      }
+    }
     c = next;
   }
   if (w->nconns == 0)

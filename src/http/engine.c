@@ -162,27 +162,26 @@ static void answer_upstream_failure(gw_exchange *ex) {
 }
 
 static void answer_replay(gw_exchange *ex, const idem_record *rec) {
-  ex->replay = calloc(1, sizeof *ex->replay);
-  if (!ex->replay || idem_record_copy(ex->replay, rec)) {
-    free(ex->replay);
-    ex->replay = NULL;
-    problem(ex, GW_OUT_STORE_ERROR, 503, "out-of-memory", "Service Unavailable",
-            "the gateway ran out of memory", "Retry-After: 1\r\n");
-    return;
-  }
-  const idem_response *r = &ex->replay->response;
+  const idem_response *r = &rec->response;
   if (r->status < 200) {
     problem(ex, GW_OUT_STORE_ERROR, 500, "record-without-response",
             "Stored record has no response",
             "the key's record holds no replayable response", NULL);
     return;
   }
+  /* rec lives only during the store's callback: copy what the answer needs
+   * into the exchange's (reused) buffers */
+  gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
+  h->len = b->len = 0;
+  if (gw_buf_append(h, r->headers, r->headers_len) ||
+      gw_buf_puts(h, "Idempotent-Replayed: true\r\n") ||
+      gw_buf_append(b, r->body, r->body_len)) {
+    problem(ex, GW_OUT_STORE_ERROR, 503, "out-of-memory", "Service Unavailable",
+            "the gateway ran out of memory", "Retry-After: 1\r\n");
+    return;
+  }
   gw_metrics_outcome(GW_OUT_REPLAYED);
-  gw_buf *h = &ex->out_hdrs;
-  h->len = 0;
-  gw_buf_append(h, r->headers, r->headers_len);
-  gw_buf_puts(h, "Idempotent-Replayed: true\r\n");
-  gw_conn_respond(ex, r->status, h->p, h->len, r->body, r->body_len, 0);
+  gw_conn_respond(ex, r->status, h->p, h->len, b->p, b->len, 0);
 }
 
 /* ---- store failures ---- */

@@ -33,7 +33,10 @@ typedef struct gw_worker {
   uv_loop_t loop;
   uv_thread_t thread;
   int listen_fd;
+  int listen_spare_fd; /* dup of the listening socket: survives a pause */
   uv_tcp_t listener;
+  int listener_open;   /* 0 while accepting is paused (out of descriptors) */
+  uv_timer_t accept_timer;
   uv_async_t stop_async;
   idem_store *store;      /* NULL while the store cannot be opened */
   uint64_t store_retry_at; /* uv_now of the next open attempt */
@@ -66,7 +69,6 @@ typedef struct gw_exchange {
   uv_buf_t up_bufs[2];
   upstream_response up;
   gw_buf stored_headers; /* replayable headers of up, "Name: value\r\n" */
-  idem_record *replay;   /* deep copy of a stored record being replayed */
   /* the answer to the client */
   gw_buf out_hdrs; /* headers of the gateway's own answers */
   gw_buf out_head;

@@ -6,6 +6,7 @@
  * requests in flight, close pools and stores, exit 0.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -85,8 +86,53 @@ static int resolve_upstream(const gw_config *cfg, struct sockaddr_storage *out) 
 
 /* ---- workers ---- */
 
+/* Out of descriptors, libuv's accept loop would spin (its reserve-fd trick
+ * is per loop, and the workers share one descriptor table). Closing the
+ * handle ends that loop; a dup of the socket keeps it and its backlog
+ * alive, and the listener comes back from the dup after a pause. */
+#define ACCEPT_PAUSE_MS 250
+
+static void on_connection(uv_stream_t *l, int status);
+
+static void relisten(uv_timer_t *t) {
+  gw_worker *w = t->data;
+  if (w->stopping || w->listener_open)
+    return;
+  int fd = fcntl(w->listen_spare_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    uv_timer_start(&w->accept_timer, relisten, ACCEPT_PAUSE_MS, 0);
+    return;
+  }
+  uv_tcp_init(&w->loop, &w->listener);
+  w->listener.data = w;
+  if (uv_tcp_open(&w->listener, fd) ||
+      uv_listen((uv_stream_t *)&w->listener, 1024, on_connection)) {
+    uv_close((uv_handle_t *)&w->listener, NULL);
+    uv_timer_start(&w->accept_timer, relisten, ACCEPT_PAUSE_MS, 0);
+    return;
+  }
+  w->listener_open = 1;
+}
+
+static void on_listener_paused(uv_handle_t *h) {
+  gw_worker *w = h->data;
+  if (!w->stopping)
+    uv_timer_start(&w->accept_timer, relisten, ACCEPT_PAUSE_MS, 0);
+}
+
 static void on_connection(uv_stream_t *l, int status) {
   gw_worker *w = l->data;
+  if (status == UV_EMFILE || status == UV_ENFILE) {
+    if (w->listener_open && !w->stopping) {
+      w->listener_open = 0;
+      fprintf(stderr,
+              "idem serve: out of file descriptors (%s); accepting paused for "
+              "%dms\n",
+              uv_strerror(status), ACCEPT_PAUSE_MS);
+      uv_close((uv_handle_t *)&w->listener, on_listener_paused);
+    }
+    return;
+  }
   if (status < 0 || w->stopping)
     return;
   gw_conn_accept(w);
@@ -122,7 +168,15 @@ static void on_stop(uv_async_t *a) {
   if (w->stopping)
     return;
   w->stopping = 1;
-  uv_close((uv_handle_t *)&w->listener, NULL);
+  if (w->listener_open) {
+    w->listener_open = 0;
+    uv_close((uv_handle_t *)&w->listener, NULL);
+  }
+  uv_close((uv_handle_t *)&w->accept_timer, NULL);
+  if (w->listen_spare_fd >= 0) {
+    close(w->listen_spare_fd);
+    w->listen_spare_fd = -1;
+  }
   gw_conn_drain_all(w);
 }
 
@@ -137,18 +191,23 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
                        const struct sockaddr_storage *up) {
   w->cfg = cfg;
   w->listen_fd = fd;
+  w->listen_spare_fd = -1;
   memcpy(&w->upstream_addr, up, sizeof *up);
   if (uv_loop_init(&w->loop))
     return -1;
   uv_async_init(&w->loop, &w->stop_async, on_stop);
   w->stop_async.data = w;
+  uv_timer_init(&w->loop, &w->accept_timer);
+  w->accept_timer.data = w;
   uv_tcp_init(&w->loop, &w->listener);
   w->listener.data = w;
-  if (uv_tcp_open(&w->listener, fd) ||
+  w->listen_spare_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (w->listen_spare_fd < 0 || uv_tcp_open(&w->listener, fd) ||
       uv_listen((uv_stream_t *)&w->listener, 1024, on_connection)) {
     fprintf(stderr, "idem serve: cannot listen\n");
     return -1;
   }
+  w->listener_open = 1;
   w->pool = upstream_pool_new(&w->loop, cfg, (const struct sockaddr *)&w->upstream_addr);
   if (!w->pool)
     return -1;
@@ -270,6 +329,10 @@ int gw_run(const gw_config *cfg) {
       w->stopping = 1;
       if (!uv_is_closing((uv_handle_t *)&w->listener))
         uv_close((uv_handle_t *)&w->listener, NULL);
+      if (!uv_is_closing((uv_handle_t *)&w->accept_timer))
+        uv_close((uv_handle_t *)&w->accept_timer, NULL);
+      if (w->listen_spare_fd >= 0)
+        close(w->listen_spare_fd);
       if (w->pool)
         gw_worker_idle(w);
       else
