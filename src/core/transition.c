@@ -38,8 +38,10 @@ static int take(const idem_record *cur, const idem_op *op, int64_t now,
   memcpy(next->fingerprint, op->fingerprint, IDEM_FINGERPRINT_LEN);
   next->fence = (cur ? cur->fence : 0) + 1;
   next->locked_until = after(now, op->lease_ms);
-  /* retention never ends before the lease does */
-  next->expires_at = max64(after(now, op->ttl_ms), next->locked_until);
+  /* Retention lasts at least one more lease past the end of this one, so
+   * that the record is still there when a takeover comes (its fence goes on
+   * counting) and when a late worker tries to finish (refused as stale). */
+  next->expires_at = max64(after(now, op->ttl_ms), after(next->locked_until, op->lease_ms));
   next->created_at = is_live(cur, now) ? cur->created_at : now;
   next->updated_at = now;
   res->outcome = IDEM_CLAIMED;

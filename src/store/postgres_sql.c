@@ -56,7 +56,7 @@ static const char claim_sql[] =
     "INSERT INTO idem_records AS r (scope, key, state, fingerprint, fence, "
     "locked_until, expires_at, created_at, updated_at, status, headers, body, "
     "claim_outcome) "
-    "SELECT $1, $2, 1, $3, 1, t.now + $4, greatest(t.now + $5, t.now + $4), "
+    "SELECT $1, $2, 1, $3, 1, t.now + $4, greatest(t.now + $5, t.now + $4 + $4), "
     "t.now, t.now, 0, NULL, NULL, 1 FROM (SELECT " NOW_MS " AS now) t "
     "ON CONFLICT (scope, key) DO UPDATE SET "
     "state = " IF_TAKE("1", "r.state") ", "

@@ -4,7 +4,9 @@
  * the server's clock. Keep the two in step: the contract suite runs both.
  *
  * The record is a hash under one key whose expiry (PEXPIREAT) is the
- * record's expires_at, which a claim never sets before the end of its lease:
+ * record's expires_at, which a claim sets at least one lease past the end of
+ * its lease (so a takeover still finds the fence, and a late worker's finish
+ * still finds the record to be refused by):
  * Redis forgets a record exactly when idem would call it expired, never
  * while it is processing. A released record stays (state 0) until then, so
  * its fence keeps counting.
@@ -66,7 +68,7 @@ const char idem_redis_script[] =
     "  local function take()\n"
     "    local nf = int((cur and tonumber(cur.fence) or 0) + 1)\n"
     "    local lu = now + tonumber(ARGV[4])\n"
-    "    local exp = math.max(now + tonumber(ARGV[5]), lu)\n"
+    "    local exp = math.max(now + tonumber(ARGV[5]), lu + tonumber(ARGV[4]))\n"
     "    local created = live and cur.created_at or now\n"
     "    redis.call('HSET', k, 'state', '1', 'fp', fp, 'fence', nf,\n"
     "      'locked_until', int(lu), 'expires_at', int(exp), 'created_at', int(created),\n"

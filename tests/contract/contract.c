@@ -273,6 +273,30 @@ static void lease_over_takeover_counts_up_repeatedly(void **state) {
   }
 }
 
+/* A ttl shorter than the lease: the record must still be there when the
+ * lease ends, so the takeover counts on (fence 2, not 1 again) and the
+ * zombie's late complete is refused rather than taken for the new holder's. */
+static void short_ttl_still_fences_a_takeover(void **state) {
+  (void)state;
+  const char *key = unique_key("short-ttl");
+  idem_result res;
+  idem_op op = claim_op("", key, "a", LEASE_SHORT_MS);
+  op.ttl_ms = 10;
+  assert_int_equal(idem_sync_run(db, &op, &res), 0);
+  assert_true(claimed(&res, 1));
+  int64_t deadline = idem_now_ms() + WAIT_DEADLINE_MS;
+  do {
+    assert_int_equal(idem_sync_run(db, &op, &res), 0);
+    if (res.outcome == IDEM_BUSY) {
+      idem_result_clear(&res);
+      usleep(5 * 1000);
+    }
+  } while (res.outcome == IDEM_BUSY && idem_now_ms() < deadline);
+  assert_true(claimed(&res, 2));
+  assert_int_equal(complete("", key, 1, "zombie"), IDEM_ESTALE);
+  assert_int_equal(complete("", key, 2, "winner"), 0);
+}
+
 static void ending_twice_or_unknown_is_stale(void **state) {
   (void)state;
   const char *key = unique_key("twice");
@@ -772,6 +796,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(lease_over_is_taken_over_with_next_fence),
       cmocka_unit_test(stale_fence_is_refused_after_takeover),
       cmocka_unit_test(lease_over_takeover_counts_up_repeatedly),
+      cmocka_unit_test(short_ttl_still_fences_a_takeover),
       cmocka_unit_test(ending_twice_or_unknown_is_stale),
       cmocka_unit_test(release_makes_it_claimable_and_keeps_the_fence),
       cmocka_unit_test(failed_is_taken_over_or_replayed_by_flag),

@@ -154,7 +154,10 @@ static void claim_writes_a_fresh_processing_record(void **state) {
   assert_int_equal(next.created_at, NOW); /* a new life for the key */
 }
 
-static void retention_never_ends_before_the_lease(void **state) {
+/* A record outlives its lease by one more lease, however short the ttl: a
+ * takeover must find the fence to count on from, and a zombie's late finish
+ * must find the record that refuses it. */
+static void retention_outlives_the_lease_by_a_lease(void **state) {
   (void)state;
   idem_record next;
   idem_op op = claim_op(FP_A, 0);
@@ -162,7 +165,11 @@ static void retention_never_ends_before_the_lease(void **state) {
   op.lease_ms = 5000;
   idem_result res;
   assert_int_equal(idem_transition(NULL, &op, NOW, &next, &res), IDEM_WRITE_PUT);
-  assert_int_equal(next.expires_at, NOW + 5000);
+  assert_int_equal(next.locked_until, NOW + 5000);
+  assert_int_equal(next.expires_at, NOW + 10000);
+  op.ttl_ms = 60000; /* a longer ttl wins */
+  assert_int_equal(idem_transition(NULL, &op, NOW, &next, &res), IDEM_WRITE_PUT);
+  assert_int_equal(next.expires_at, NOW + 60000);
 }
 
 /* idem_transition is public: a caller of its own may ask for "forever"
@@ -304,7 +311,7 @@ static void invariants_hold_everywhere(void **state) {
             if (ops[o].kind == IDEM_OP_CLAIM) {
               assert_int_equal(res.outcome, IDEM_CLAIMED);
               assert_int_equal(next.fence, base + 1);
-              assert_true(next.expires_at >= next.locked_until);
+              assert_true(next.expires_at >= next.locked_until + ops[o].lease_ms);
               assert_true(next.locked_until > clocks[c]);
             } else {
               assert_int_equal(next.fence, base);
@@ -330,7 +337,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(claim_follows_the_table),
       cmocka_unit_test(claim_writes_a_fresh_processing_record),
-      cmocka_unit_test(retention_never_ends_before_the_lease),
+      cmocka_unit_test(retention_outlives_the_lease_by_a_lease),
       cmocka_unit_test(huge_durations_saturate),
       cmocka_unit_test(endings_follow_the_table),
       cmocka_unit_test(get_sees_only_live_records),
