@@ -58,6 +58,11 @@ struct idem_store {
   void *close_arg;
 };
 
+/* The rules every operation is held to before a store sees it: valid key and
+ * scope, positive bounded durations, fences, response status and sizes.
+ * Returns 0 or the IDEM_E* code to refuse it with. */
+int idem_op_validate(const idem_op *op);
+
 /* Complete a req: safe from any thread. */
 void idem_req_finish(idem_req *req);
 /* Shorthand: set result.err and finish. */

@@ -167,7 +167,7 @@ static int valid_key(const char *key) { return key && idem_key_valid(key, strlen
 
 static int valid_duration(int64_t ms) { return ms > 0 && ms <= DURATION_MAX_MS; }
 
-static int validate(const idem_op *op) {
+int idem_op_validate(const idem_op *op) {
   if (!valid_scope(op->scope))
     return IDEM_ESCOPE;
   switch (op->kind) {
@@ -237,7 +237,7 @@ int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *ar
     return IDEM_EINVAL;
   if (store->closing)
     return IDEM_ECLOSED;
-  int err = validate(op);
+  int err = idem_op_validate(op);
   if (err)
     return err;
   idem_req *req = req_new(op);
