@@ -355,7 +355,9 @@ static void linger_close(gw_conn *c) {
  * with the connection. Runs from write_cb, or at once when the answer went
  * out in one uv_try_write. */
 static void response_done(gw_conn *c, gw_exchange *ex, int status) {
-  int close = ex->close_after;
+  /* stopping: a streamed answer's head may have promised keep-alive before
+   * the signal came; the connection closes all the same */
+  int close = ex->close_after || c->w->stopping;
   c->ex = NULL;
   if (close || status < 0)
     exchange_free(ex);
@@ -454,6 +456,141 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
   int rc = uv_write(&ex->wreq, (uv_stream_t *)&c->tcp, rest, k, write_cb);
   if (rc)
     response_done(c, ex, rc);
+}
+
+/* ---- streamed answers ---- */
+
+#define STREAM_HIGH (1u << 20)  /* pause the upstream above this backlog */
+#define STREAM_LOW (256u << 10) /* and resume below this */
+
+typedef struct {
+  uv_write_t req;
+  gw_exchange *ex;
+  size_t len;
+  char data[];
+} stream_write;
+
+static void stream_finish(gw_exchange *ex) {
+  gw_conn *c = ex->conn;
+  if (c->closing) {
+    exchange_free(ex);
+    c->ex = NULL;
+    conn_unref(c);
+    return;
+  }
+  response_done(c, ex, ex->stream_failed ? UV_ECANCELED : 0);
+}
+
+static void stream_write_cb(uv_write_t *req, int status) {
+  stream_write *sw = (stream_write *)req;
+  gw_exchange *ex = sw->ex;
+  ex->stream_writes--;
+  ex->stream_queued -= sw->len;
+  free(sw);
+  if (status < 0)
+    ex->stream_failed = 1;
+  if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
+    gw_engine_stream_drained(ex);
+  if (ex->stream_ended && ex->stream_writes == 0)
+    stream_finish(ex);
+}
+
+/* Write parts as one block (copied: the caller's bytes are gone after). */
+static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
+  gw_conn *c = ex->conn;
+  if (c->closing || ex->stream_failed)
+    return;
+  size_t len = 0;
+  for (int i = 0; i < n; i++)
+    len += parts[i].len;
+  stream_write *sw = malloc(sizeof *sw + len);
+  if (!sw) {
+    ex->stream_failed = 1;
+    return;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(sw->data + off, parts[i].base, parts[i].len);
+    off += parts[i].len;
+  }
+  sw->ex = ex;
+  sw->len = len;
+  uv_buf_t b = uv_buf_init(sw->data, (unsigned)len);
+  if (uv_write(&sw->req, (uv_stream_t *)&c->tcp, &b, 1, stream_write_cb)) {
+    free(sw);
+    ex->stream_failed = 1;
+    return;
+  }
+  ex->stream_writes++;
+  ex->stream_queued += len;
+}
+
+void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
+                          size_t headers_len, int mode) {
+  gw_conn *c = ex->conn;
+  gw_request *req = ex->req;
+  ex->streaming = 1;
+  ex->stream_mode = mode;
+  ex->close_after = mode == GW_STREAM_CLOSE || !req->keep_alive || req->upgrade ||
+                    c->w->stopping || (c->peer_eof && c->in_off >= c->in.len);
+  gw_buf *h = &ex->out_head;
+  h->len = 0;
+  int err = gw_buf_puts(h, "HTTP/1.1 ");
+  err |= gw_buf_u64(h, (uint64_t)status);
+  err |= gw_buf_puts(h, " ");
+  err |= gw_buf_puts(h, policy_reason(status));
+  err |= gw_buf_puts(h, "\r\n");
+  err |= gw_buf_append(h, headers, headers_len);
+  if (mode == GW_STREAM_CHUNKED)
+    err |= gw_buf_puts(h, "Transfer-Encoding: chunked\r\n");
+  if (ex->close_after)
+    err |= gw_buf_puts(h, "Connection: close\r\n");
+  else if (req->http_minor == 0)
+    err |= gw_buf_puts(h, "Connection: keep-alive\r\n");
+  err |= gw_buf_puts(h, "\r\n");
+  if (err) {
+    ex->stream_failed = 1;
+    return;
+  }
+  uv_buf_t b = uv_buf_init(h->p, (unsigned)h->len);
+  stream_write_parts(ex, &b, 1);
+}
+
+void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len) {
+  if (!len || !ex->streaming || ex->req->is_head)
+    return;
+  if (ex->stream_mode == GW_STREAM_CHUNKED) {
+    char size[24];
+    int n = snprintf(size, sizeof size, "%zx\r\n", len);
+    uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)n),
+                         uv_buf_init((char *)data, (unsigned)len),
+                         uv_buf_init("\r\n", 2)};
+    stream_write_parts(ex, parts, 3);
+  } else {
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    stream_write_parts(ex, &b, 1);
+  }
+}
+
+/* How many bytes of a streamed answer wait in the socket's queue. */
+size_t gw_conn_stream_backlog(const gw_exchange *ex) { return ex->stream_queued; }
+
+void gw_conn_stream_end(gw_exchange *ex, int ok) {
+  gw_conn *c = ex->conn;
+  if (ok && ex->stream_mode == GW_STREAM_CHUNKED && !ex->req->is_head) {
+    uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
+    stream_write_parts(ex, &b, 1);
+  }
+  ex->stream_ended = 1;
+  if (!ok) {
+    /* the answer broke midway: the client must see it cut, not complete */
+    ex->stream_failed = 1;
+    ex->close_after = 1;
+    if (!c->closing)
+      conn_close(c);
+  }
+  if (ex->stream_writes == 0)
+    stream_finish(ex);
 }
 
 void gw_conn_problem(gw_exchange *ex, int status, const char *slug,

@@ -277,9 +277,60 @@ static void release(gw_exchange *ex, int after) {
 
 /* ---- upstream ---- */
 
+/* ---- streamed pass-through answers ---- */
+
+static void on_stream_head(void *arg, upstream_response *up) {
+  gw_exchange *ex = arg;
+  gw_request *r = ex->req;
+  gw_buf *h = &ex->stored_headers;
+  filter_headers(up, h); /* out of memory: fewer headers, still an answer */
+  int status = up->status;
+  int mode = GW_STREAM_RAW;
+  size_t len = 0;
+  const char *cl = gw_headers_get(&up->headers, "Content-Length", &len, NULL);
+  int bodyless = r->is_head || status == 204 || status == 304 || status < 200;
+  if (cl && (bodyless ? r->is_head : 1))
+    gw_buf_printf(h, "Content-Length: %.*s\r\n", (int)len, cl);
+  else if (!bodyless)
+    mode = r->http_minor >= 1 ? GW_STREAM_CHUNKED : GW_STREAM_CLOSE;
+  gw_conn_stream_begin(ex, status, h->p, h->len, mode);
+}
+
+static void on_stream_data(void *arg, const char *data, size_t len) {
+  gw_exchange *ex = arg;
+  gw_conn_stream_data(ex, data, len);
+  if (!ex->up_paused && gw_conn_stream_backlog(ex) > (1u << 20)) {
+    ex->up_paused = 1;
+    upstream_pause(&ex->up, 1);
+  }
+}
+
+void gw_engine_stream_drained(gw_exchange *ex) {
+  if (ex->up_paused) {
+    ex->up_paused = 0;
+    upstream_pause(&ex->up, 0);
+  }
+}
+
+static const upstream_stream stream_cbs = {on_stream_head, on_stream_data};
+
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
+  if (ex->streaming) {
+    /* a pass-through answer already on its way to the client */
+    gw_metrics_outcome(up->kind != UP_OK ? (up->kind == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
+                                                                   : GW_OUT_UPSTREAM_ERROR)
+                       : ex->bypass ? GW_OUT_STORE_BYPASS
+                                    : GW_OUT_PASSTHROUGH);
+    if (up->kind != UP_OK)
+      fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
+              ex->req->method,
+              (int)(ex->req->target.len > 200 ? 200 : ex->req->target.len),
+              ex->req->target.p, up_kind_text[up->kind]);
+    gw_conn_stream_end(ex, up->kind == UP_OK && !ex->stream_failed);
+    return;
+  }
   if (up->kind == UP_OK && filter_headers(up, &ex->stored_headers)) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
@@ -392,9 +443,10 @@ static void forward(gw_exchange *ex) {
   if (r->body.len)
     ex->up_bufs[n++] = uv_buf_init(r->body.p, (unsigned)r->body.len);
   ex->op_started_ns = uv_hrtime();
+  /* answers that will not be stored stream through, with no size limit */
   upstream_send(ex->w->pool, ex->up_bufs, n, r->is_head,
-                !ex->claimed && method_retry_safe(r->method), &ex->up,
-                on_upstream, ex);
+                !ex->claimed && method_retry_safe(r->method),
+                ex->claimed ? NULL : &stream_cbs, &ex->up, on_upstream, ex);
 }
 
 /* ---- claim and wait ---- */

@@ -76,6 +76,14 @@ typedef struct gw_exchange {
   uv_buf_t out_bufs[2];
   uv_write_t wreq;
   int close_after;
+  /* a streamed answer (pass-through): see gw_conn_stream_* */
+  int streaming;       /* its head is out */
+  int stream_mode;     /* GW_STREAM_* */
+  int stream_writes;   /* writes in flight */
+  size_t stream_queued; /* bytes in flight */
+  int stream_ended;
+  int stream_failed;
+  int up_paused;       /* the upstream is paused for backpressure */
 } gw_exchange;
 
 /* ---- conn.c ---- */
@@ -101,6 +109,20 @@ void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
                      const char *title, const char *detail,
                      const char *extra_headers, unsigned flags);
 
+/* A streamed answer, for pass-through (nothing stored, no size limit).
+ * begin writes the head with the framing of mode; data copies and writes a
+ * piece of body; end finishes the exchange (ok) or cuts the connection (the
+ * client sees a truncated answer). */
+#define GW_STREAM_RAW 0     /* Content-Length in headers, or no body */
+#define GW_STREAM_CHUNKED 1 /* chunked to the client */
+#define GW_STREAM_CLOSE 2   /* ends with the connection (HTTP/1.0 client) */
+void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
+                          size_t headers_len, int mode);
+void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len);
+void gw_conn_stream_end(gw_exchange *ex, int ok);
+/* Bytes of a streamed answer still waiting to be written. */
+size_t gw_conn_stream_backlog(const gw_exchange *ex);
+
 /* Shutdown: close idle connections now, the others after their answer. */
 void gw_conn_drain_all(gw_worker *w);
 
@@ -108,6 +130,8 @@ void gw_conn_drain_all(gw_worker *w);
 
 /* Run the idempotency flow for a complete request. */
 void gw_engine_handle(gw_exchange *ex);
+/* conn.c: a streamed answer's writes drained; resume the upstream. */
+void gw_engine_stream_drained(gw_exchange *ex);
 
 /* ---- server.c ---- */
 

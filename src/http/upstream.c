@@ -32,6 +32,8 @@ typedef struct up_conn {
   const uv_buf_t *bufs;
   unsigned nbufs;
   int is_head, retry_safe;
+  const upstream_stream *stream;
+  int streaming; /* the head went to stream->on_head */
   upstream_response *resp;
   upstream_cb cb;
   void *arg;
@@ -55,6 +57,8 @@ void upstream_response_free(upstream_response *r) {
 }
 
 static void conn_close(up_conn *c);
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void start_request(upstream_pool *pool, up_conn *c);
 
 static void idle_unlink(up_conn *c) {
@@ -77,6 +81,7 @@ static void finish(up_conn *c, upstream_kind kind) {
   c->resp = NULL;
   if (!cb)
     return;
+  resp->conn = NULL;
   resp->kind = kind;
   cb(arg, resp);
 }
@@ -92,6 +97,7 @@ static void retry_fresh(up_conn *c) {
   n->nbufs = c->nbufs;
   n->is_head = c->is_head;
   n->retry_safe = 0;
+  n->stream = c->stream;
   n->resp = c->resp;
   n->cb = c->cb;
   n->arg = c->arg;
@@ -151,6 +157,12 @@ static int r_headers_complete(http_parser *p) {
   gw_headers_done(&c->resp->headers);
   c->in_body = 1;
   c->resp->status = p->status_code;
+  if (c->stream && p->status_code >= 200) {
+    c->streaming = 1;
+    c->resp->conn = c;
+    c->stream->on_head(c->arg, c->resp);
+    return c->is_head ? 1 : 0;
+  }
   if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
     if (p->content_length > c->pool->cfg->max_response) {
       c->too_large = 1;
@@ -163,6 +175,10 @@ static int r_headers_complete(http_parser *p) {
 }
 static int r_body(http_parser *p, const char *at, size_t len) {
   up_conn *c = p->data;
+  if (c->streaming) {
+    c->stream->on_data(c->arg, at, len);
+    return 0;
+  }
   if (c->resp->body.len + len > c->pool->cfg->max_response) {
     c->too_large = 1;
     return -1;
@@ -202,6 +218,9 @@ static void answered(up_conn *c, int leftover) {
       pool->idle->prev = c;
     pool->idle = c;
     pool->nidle++;
+    /* a streamed answer may have paused reading: idle connections read, to
+     * notice the upstream closing them */
+    uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     uv_timer_start(&c->timer, on_pool_idle_timer, IDLE_CLOSE_MS, 0);
   }
   finish(c, UP_OK);
@@ -210,6 +229,7 @@ static void answered(up_conn *c, int leftover) {
 }
 
 static void on_write_failed(uv_timer_t *t);
+static void on_timer(uv_timer_t *t);
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h;
@@ -252,6 +272,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   c->got += (size_t)nread;
+  if (c->streaming) /* a long download: the deadline is per read */
+    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
   const char *data = buf->base;
   size_t len = (size_t)nread;
   while (len) {
@@ -302,6 +324,7 @@ static void send_now(up_conn *c) {
   c->state = UC_BUSY;
   c->got = 0;
   c->sent_any = 0;
+  c->streaming = 0;
   c->msg_done = 0;
   c->too_large = 0;
   http_parser_init(&c->p, HTTP_RESPONSE);
@@ -414,9 +437,23 @@ upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
   return pool;
 }
 
+void upstream_pause(upstream_response *resp, int paused) {
+  up_conn *c = resp->conn;
+  if (!c || c->state != UC_BUSY)
+    return;
+  if (paused) {
+    /* the timer keeps running: a client that stops reading for longer than
+     * --upstream-timeout ends the transfer */
+    uv_read_stop((uv_stream_t *)&c->tcp);
+  } else {
+    uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
+  }
+}
+
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
-                   int is_head, int retry_safe, upstream_response *resp,
-                   upstream_cb cb, void *arg) {
+                   int is_head, int retry_safe, const upstream_stream *stream,
+                   upstream_response *resp, upstream_cb cb, void *arg) {
   up_conn *c = pool->idle;
   if (c)
     idle_unlink(c);
@@ -433,6 +470,7 @@ void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
   c->nbufs = nbufs;
   c->is_head = is_head;
   c->retry_safe = retry_safe;
+  c->stream = stream;
   c->resp = resp;
   c->cb = cb;
   c->arg = arg;

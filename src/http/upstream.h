@@ -29,7 +29,20 @@ typedef struct {
   gw_headers headers; /* as received, hop-by-hop included */
   gw_buf body;        /* de-chunked */
   int keep_alive;
+  void *conn; /* internal: the connection while the answer streams */
 } upstream_response;
+
+/* Streaming, for answers that are not stored (pass-through): no size limit,
+ * the body goes to on_data as it arrives (copy what you keep) instead of
+ * into resp->body. on_head runs once status and headers are in resp; the
+ * final upstream_cb still runs once, at the end or on failure. */
+typedef struct {
+  void (*on_head)(void *arg, upstream_response *resp);
+  void (*on_data)(void *arg, const char *data, size_t len);
+} upstream_stream;
+
+/* Backpressure for a streaming answer: stop (1) or resume (0) reading. */
+void upstream_pause(upstream_response *resp, int paused);
 
 void upstream_response_free(upstream_response *r);
 
@@ -44,13 +57,14 @@ upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
 
 /*
  * Send one request (bufs stay valid until cb). is_head: the answer has no
- * body. retry_safe: the request may be sent twice (an idempotent method
+ * body. stream: NULL to buffer the answer whole (up to --max-response). retry_safe: the request may be sent twice (an idempotent method
  * without a key): when a reused keep-alive connection turns out closed
  * before any answer byte, it is sent once more on a fresh connection.
  */
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs,
                    unsigned nbufs, int is_head, int retry_safe,
-                   upstream_response *resp, upstream_cb cb, void *arg);
+                   const upstream_stream *stream, upstream_response *resp,
+                   upstream_cb cb, void *arg);
 
 /* Close idle connections and free the pool once no request is in flight
  * (the caller has drained them); done runs on the loop afterwards. */
