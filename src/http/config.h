@@ -30,7 +30,7 @@ typedef struct {
   int64_t wait_ms;           /* --wait, default 0 */
   int fail_open;             /* --on-store-error open */
   uint64_t max_body;         /* --max-body, default 1MiB */
-  uint64_t max_response;     /* --max-response, default 8MiB */
+  uint64_t max_response;     /* --max-response, default 8MiB (stored answers) */
   uint64_t max_header;       /* --max-header, default 32KiB */
   int64_t upstream_timeout_ms; /* --upstream-timeout, default 30s */
   int64_t client_timeout_ms; /* --client-timeout, default 10s */

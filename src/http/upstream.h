@@ -1,8 +1,9 @@
 /*
  * upstream.h - one worker's connections to the upstream: a pool of
  * keep-alive connections, one request at a time on each, responses parsed
- * with http_parser and buffered whole (up to --max-response) so that they can
- * be stored and replayed.
+ * with http_parser. Answers to keyed requests are buffered whole (up to
+ * --max-response) so that they can be stored and replayed; pass-through
+ * answers stream.
  */
 #ifndef IDEM_HTTP_UPSTREAM_H
 #define IDEM_HTTP_UPSTREAM_H
