@@ -265,8 +265,14 @@ def cpu():
             return l.split(":", 1)[1].strip()
     return "?"
 ver = subprocess.run([idem, "version"], capture_output=True, text=True).stdout.strip()
-rev = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(idem)), "rev-parse", "--short", "HEAD"],
+src = os.path.dirname(os.path.abspath(idem))
+rev = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
                      capture_output=True, text=True).stdout.strip()
+top = subprocess.run(["git", "-C", src, "rev-parse", "--show-toplevel"],
+                     capture_output=True, text=True).stdout.strip()
+if top and subprocess.run(["git", "-C", top, "status", "--porcelain", "--", "src", "include"],
+                          capture_output=True, text=True).stdout.strip():
+    rev += " + uncommitted changes under src/ or include/"
 load = open("/proc/loadavg").read().split()[:3]
 L = []
 L.append("# idem serve vs nginx: gateway benchmark\n")
