@@ -3,6 +3,9 @@ the upstream every time, unchanged; keep-alive on both sides; chunked bodies
 in both directions; --methods."""
 
 import hashlib
+import os
+import socket
+import time
 
 from harness import GatewayTestCase, RawConn, request_bytes, main
 
@@ -110,6 +113,69 @@ class PassThrough(GatewayTestCase):
             self.assertEqual(r.status, 200, "%s %s: %r\n%s" % (m, rid, r, self.gw_log()))
             self.assertEqual(len(r.body), size, rid)
             self.assertTrue(r.body == body_bytes(rid, 1, size), "%s: body corrupted" % rid)
+
+    def test_truncated_streamed_answer_is_not_made_whole(self):
+        # the upstream dies mid-body of a pass-through answer: the client must
+        # see an incomplete message (closed early), never a complete one
+        gw = self.start_gateway(self.up)
+        for extra in ({}, {"X-Test-Chunked": "1"}):
+            h = dict(extra, **{"X-Test-Id": "trunc", "X-Test-Truncate": "1",
+                               "X-Test-Body-Bytes": str(3 * 1024 * 1024)})
+            with RawConn(gw.port) as c:
+                c.send(request_bytes("GET", "/trunc", headers=h))
+                try:
+                    r = c.read_response(timeout=20)
+                except EOFError:
+                    continue  # closed mid-body: the client knows it is incomplete
+                except ValueError:
+                    continue  # broken chunk framing: also detectably incomplete
+                self.assertNotEqual(r.status, 200, "a truncated answer was delivered as complete "
+                                    "(%d bytes)" % len(r.body))
+                self.assertGreaterEqual(r.status, 500, r)
+
+    def test_http10_client_gets_a_streamed_answer_without_chunking(self):
+        from upstream import body_bytes
+        gw = self.start_gateway(self.up)
+        size = 3 * 1024 * 1024
+        with RawConn(gw.port, timeout=30) as c:
+            c.send(b"GET /h10big HTTP/1.0\r\nHost: x\r\nX-Test-Id: h10big\r\n"
+                   b"X-Test-Chunked: 1\r\nX-Test-Body-Bytes: %d\r\n\r\n" % size)
+            r = c.read_response(timeout=30)
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertNotIn("chunked", (r.header("Transfer-Encoding") or "").lower(),
+                         "chunked sent to an HTTP/1.0 client")
+        self.assertTrue(r.body == body_bytes("h10big", 1, size), "body differs (%d bytes)" % len(r.body))
+
+    def test_slow_reader_of_a_large_answer_bounded_memory(self):
+        # backpressure: a client that does not read must not make the gateway
+        # buffer the whole 64 MiB answer
+        from upstream import body_bytes
+        gw = self.start_gateway(self.up)
+        size = 64 * 1024 * 1024
+
+        def rss_kib():
+            with open("/proc/%d/status" % gw.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        before = rss_kib()
+        with RawConn(gw.port, timeout=60) as c:
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            c.send(request_bytes("GET", "/huge", headers={"X-Test-Id": "huge",
+                                                           "X-Test-Body-Bytes": str(size)}))
+            self.up.wait_count("huge", 1)
+            peak = before
+            for _ in range(10):  # 1s of not reading, sampling the gateway's memory
+                time.sleep(0.1)
+                peak = max(peak, rss_kib())
+            r = c.read_response(timeout=60)
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(len(r.body), size)
+        self.assertTrue(r.body == body_bytes("huge", 1, size))
+        if os.environ.get("IDEM_E2E_VERBOSE"):
+            print("rss before %d KiB, peak %d KiB" % (before, peak))
+        self.assertLess(peak - before, 24 * 1024,
+                        "gateway buffered %d KiB for a client that did not read" % (peak - before))
 
     def test_put_and_delete_pass_through_by_default(self):
         gw = self.start_gateway(self.up)
