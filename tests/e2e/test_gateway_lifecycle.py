@@ -129,6 +129,27 @@ class Lifecycle(GatewayTestCase):
         self.assertEqual(gw.wait_exit(15), 0, gw.stderr())
         self.assertEqual(self.up.count("tw"), 1)
 
+    def test_sigterm_during_a_streamed_download(self):
+        # a pass-through answer being streamed when SIGTERM arrives is
+        # delivered whole, then the gateway exits 0
+        from harness import RawConn, request_bytes
+        from upstream import body_bytes
+        gw = self.start_gateway(self.up)
+        size = 32 * 1024 * 1024
+        with RawConn(gw.port, timeout=60) as c:
+            c.send(request_bytes("GET", "/dl", headers={"X-Test-Id": "dl",
+                                                         "X-Test-Body-Bytes": str(size)}))
+            self.assertEqual(self.up.wait_count("dl", 1), 1, self.gw_log())
+            head = c.sock.recv(65536)  # the answer has started
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:100])
+            c.buf = head
+            gw.proc.send_signal(signal.SIGTERM)
+            r = c.read_response(timeout=60)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(len(r.body), size, "download cut by SIGTERM")
+        self.assertTrue(r.body == body_bytes("dl", 1, size))
+        self.assertEqual(gw.wait_exit(15), 0, gw.stderr())
+
     def test_sigterm_idle_exits_0_promptly(self):
         gw = self.start_gateway(self.up, admin=True)
         # an idle keep-alive connection must not hold the exit up
