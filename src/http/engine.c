@@ -92,8 +92,6 @@ static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
       gw_buf_printf(h, "Content-Length: %.*s\r\n", (int)len, cl);
     flags |= GW_RESP_OWN_CL;
   }
-  if (!up->keep_alive && 0)
-    flags |= GW_RESP_CLOSE;
   gw_conn_respond(ex, up->status, h->p, h->len, up->body.p, up->body.len, flags);
 }
 
