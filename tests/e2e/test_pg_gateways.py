@@ -6,35 +6,17 @@ unset (a throwaway server in a temp dir).
 """
 
 import os
-import subprocess
 import sys
 import threading
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-
-def under_postgres():
-    if os.environ.get("IDEM_TEST_PG_URI"):
-        return
-    support = os.environ.get("IDEM_SUPPORT", os.path.join(SRC, "tests", "support"))
-    script = os.path.join(support, "with-postgres.sh")
-    os.execv(script, [script, sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:])
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pg_server  # noqa: E402
 
 if __name__ == "__main__":
-    under_postgres()
+    pg_server.under_postgres(__file__)
 
 from harness import GatewayTestCase, main, run_idem  # noqa: E402
-
-
-def psql(sql, uri=None):
-    out = subprocess.run(
-        [os.path.join(os.environ["IDEM_TEST_PG_BIN"], "psql"), "-X", "-q", "-tA",
-         "-v", "ON_ERROR_STOP=1", "-d", uri or os.environ["IDEM_TEST_PG_URI"], "-c", sql],
-        check=True, capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
+from pg_server import psql  # noqa: E402
 
 
 def fresh_database(name):

@@ -12,21 +12,11 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SRC = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-
-def under_postgres():
-    if os.environ.get("IDEM_TEST_PG_URI"):
-        return
-    support = os.environ.get("IDEM_SUPPORT", os.path.join(SRC, "tests", "support"))
-    script = os.path.join(support, "with-postgres.sh")
-    os.execv(script, [script, sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:])
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pg_server  # noqa: E402
 
 if __name__ == "__main__":
-    under_postgres()
+    pg_server.under_postgres(__file__)
 
 from harness import GatewayTestCase, main, wait_for  # noqa: E402
 

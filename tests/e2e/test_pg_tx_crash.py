@@ -15,14 +15,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
-
-
-def under_postgres():
-    if os.environ.get("IDEM_TEST_PG_URI"):
-        return
-    support = os.environ.get("IDEM_SUPPORT", os.path.join(SRC, "tests", "support"))
-    script = os.path.join(support, "with-postgres.sh")
-    os.execv(script, [script, sys.executable, "-u", os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, HERE)
+from pg_server import psql, under_postgres  # noqa: E402
 
 
 def example_bin():
@@ -31,15 +25,6 @@ def example_bin():
         return b
     build = os.environ.get("IDEM_BUILD", os.path.join(SRC, "build"))
     return os.path.join(build, "tests", "pg_exactly_once")
-
-
-def psql(sql):
-    """One value (or rows joined by newlines) from the test database."""
-    out = subprocess.run(
-        [os.path.join(os.environ["IDEM_TEST_PG_BIN"], "psql"), "-X", "-q", "-tA",
-         "-v", "ON_ERROR_STOP=1", "-d", os.environ["IDEM_TEST_PG_URI"], "-c", sql],
-        check=True, capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
 
 
 def wait_for(pred, timeout, what):
@@ -161,5 +146,5 @@ class TxCrash(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    under_postgres()
+    under_postgres(__file__)
     unittest.main(verbosity=2)
