@@ -23,7 +23,8 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
+
+from harness import free_port, wait_for
 
 
 def redis_server_bin():
@@ -37,14 +38,6 @@ def redis_server_bin():
         if os.access(c, os.X_OK):
             return c
     raise RuntimeError("redis-server not found (apt-get install redis-server, or set REDIS_SERVER)")
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def _encode(args):
@@ -99,7 +92,7 @@ class _Reader:
 class RedisServer:
     def __init__(self, aof=False, port=None, extra=()):
         self.aof = aof
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.extra = list(extra)
         self.dir = tempfile.mkdtemp(prefix="idem-redis-")
         self.proc = None
@@ -126,19 +119,21 @@ class RedisServer:
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def ready():
             if self.proc.poll() is not None:
                 raise RuntimeError("redis-server exited %d:\n%s" % (self.proc.returncode, self.log()))
             try:
-                if self.command("PING") == "PONG":
-                    return self
+                return self.command("PING") == "PONG"
             except (OSError, RuntimeError):
-                pass  # not accepting yet, or still loading the AOF
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("redis-server not ready after %.0fs:\n%s" % (timeout, self.log()))
-            time.sleep(0.02)
+                return False  # not accepting yet, or still loading the AOF
+
+        try:
+            wait_for(ready, timeout, interval=0.02, what="redis-server PING")
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError("redis-server not ready after %.0fs:\n%s" % (timeout, self.log())) from None
+        return self
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
