@@ -20,6 +20,7 @@
 # user (override with IDEM_TEST_PG_USER); otherwise as the current user.
 # The bin dir is found with pg_config, or set PG_BINDIR.
 set -eu
+. "$(dirname "$0")/lib.sh"
 
 if [ $# -lt 1 ]; then
   echo "usage: with-postgres.sh CMD [ARG...]  ({PG_URI} in ARGs is replaced)" >&2
@@ -40,7 +41,7 @@ if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
   exit 2
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-pg.XXXXXX")
+make_tmp idem-pg
 data=$tmp/data
 runas=""
 if [ "$(id -u)" = 0 ]; then
@@ -69,24 +70,13 @@ stop_server() {
   done
 }
 
-cleanup() {
-  stop_server
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
 $runas "$bindir/initdb" -D "$data" -U postgres --auth=trust -E UTF8 \
   --no-locale --no-sync >"$tmp/initdb.log" 2>&1 || {
   cat "$tmp/initdb.log" >&2
   echo "with-postgres.sh: initdb failed" >&2
   exit 2
-}
-
-free_port() {
-  python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
 # The start and stop scripts, also handed to the command (outage tests).
@@ -151,18 +141,6 @@ export IDEM_TEST_PG_BIN="$bindir"
 # Replace {PG_URI} in every argument, keeping the arguments apart.
 arg_uri=$uri
 if [ -n "${IDEM_TEST_PG_PARAMS:-}" ]; then arg_uri="$uri?$IDEM_TEST_PG_PARAMS"; fi
-n=$#
-i=0
-while [ $i -lt $n ]; do
-  a=$1
-  shift
-  case $a in
-    *"{PG_URI}"*) a=$(printf '%s' "$a" | sed "s#{PG_URI}#$arg_uri#g") ;;
-  esac
-  set -- "$@" "$a"
-  i=$((i + 1))
-done
-
 status=0
-"$@" || status=$?
+run_substituted "{PG_URI}" "$arg_uri" "$@" || status=$?
 exit $status

@@ -15,6 +15,7 @@
 # REDIS_SERVER to use another one. REDIS_ARGS adds server options
 # (e.g. "--requirepass secret").
 set -eu
+. "$(dirname "$0")/lib.sh"
 
 if [ $# -lt 1 ]; then
   echo "usage: with-redis.sh CMD [ARG...]  ({REDIS_URI} in ARGs is replaced)" >&2
@@ -34,7 +35,7 @@ if [ -z "$server" ] || [ ! -x "$server" ]; then
   exit 2
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/idem-redis.XXXXXX")
+make_tmp idem-redis
 pid=""
 
 stop_server() {
@@ -53,17 +54,7 @@ stop_server() {
   pid=""
 }
 
-cleanup() {
-  stop_server
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+trap_cleanup
 
 # PING over a plain socket, so that redis-cli is not needed either.
 ping() {
@@ -109,24 +100,7 @@ IDEM_TEST_REDIS_PORT=$port
 IDEM_TEST_REDIS_PID=$pid
 export IDEM_TEST_REDIS_URI IDEM_TEST_REDIS_PORT IDEM_TEST_REDIS_PID
 
-# Replace {REDIS_URI} in every argument (POSIX sh: rebuild "$@" in place).
-n=$#
-i=0
-while [ $i -lt $n ]; do
-  a=$1
-  shift
-  while :; do
-    case $a in
-      *"{REDIS_URI}"*)
-        a="${a%%\{REDIS_URI\}*}$uri${a#*\{REDIS_URI\}}"
-        ;;
-      *) break ;;
-    esac
-  done
-  set -- "$@" "$a"
-  i=$((i + 1))
-done
-
+# Replace {REDIS_URI} in every argument.
 status=0
-"$@" || status=$?
+run_substituted "{REDIS_URI}" "$uri" "$@" || status=$?
 exit $status
