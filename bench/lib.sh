@@ -1,0 +1,193 @@
+# lib.sh - what the bench/*.sh scripts share. Sourced by bash, not run.
+#
+# Processes and ports (gateway_bench.sh, redis_bench.sh):
+#   bench_tmp PREFIX            set TMP to a new /tmp/PREFIX.XXXXXX and PIDS=();
+#                               on exit every PID in PIDS is stopped and TMP removed
+#   free_port                   print a port free a moment ago on 127.0.0.1
+#   wait_port PORT PID NAME     poll until PORT accepts, fail if PID died (20s deadline)
+#   nginx_conf NAME BLOCKS      write $TMP/NAME/nginx.conf around server blocks
+#   start_nginx_pair            nginx upstream (fixed 200 JSON) on UP_PORT and nginx
+#                               as a plain reverse proxy to it on PX_PORT
+#   start_idem NAME STORE [--admin]
+#                               idem serve ($IDEM) in front of UP_PORT; sets PORT
+#                               (and ADMIN, the admin listener, with --admin)
+#   write_bench_lua             $TMP/bench.lua, the wrk script: unique or replay keys
+#                               ($REPLAY_KEYS of them), POST $BODY, one RESULT line
+#   populate PORT               complete the replay key set through a gateway
+#   wrk_run TARGET PORT MODE    one wrk run ($THREADS, $CONNS, $DURATION); sets
+#                               WRK_RESULT to the RESULT fields
+#   check_alive                 fail if any process in PIDS died
+
+bench_tmp() {
+  TMP=$(mktemp -d "/tmp/$1.XXXXXX")
+  PIDS=()
+  trap bench_cleanup EXIT INT TERM
+}
+
+bench_cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  rm -rf "$TMP"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import os, socket, sys, time
+port, pid, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit("%s (pid %d) exited before listening" % (name, pid))
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.5).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.05)
+sys.exit("%s not listening on %d after 20s" % (name, port))
+EOF
+}
+
+nginx_conf() {
+  mkdir -p "$TMP/$1"
+  cat >"$TMP/$1/nginx.conf" <<EOF
+worker_processes auto;
+daemon off;
+pid $TMP/$1/nginx.pid;
+error_log $TMP/$1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/$1/body;
+  proxy_temp_path $TMP/$1/proxy;
+  fastcgi_temp_path $TMP/$1/fastcgi;
+  uwsgi_temp_path $TMP/$1/uwsgi;
+  scgi_temp_path $TMP/$1/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  $2
+}
+EOF
+}
+
+start_nginx_pair() {
+  UP_PORT=$(free_port)
+  nginx_conf upstream "
+  server {
+    listen 127.0.0.1:$UP_PORT;
+    location / {
+      default_type application/json;
+      return 200 '{\"ok\":true,\"id\":\"bench\"}\n';
+    }
+  }"
+  nginx -p "$TMP/upstream" -c "$TMP/upstream/nginx.conf" 2>"$TMP/upstream/stderr" &
+  PIDS+=($!)
+  wait_port "$UP_PORT" "${PIDS[-1]}" upstream
+
+  PX_PORT=$(free_port)
+  nginx_conf proxy "
+  upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$PX_PORT;
+    location / {
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }
+  }"
+  nginx -p "$TMP/proxy" -c "$TMP/proxy/nginx.conf" 2>"$TMP/proxy/stderr" &
+  PIDS+=($!)
+  wait_port "$PX_PORT" "${PIDS[-1]}" nginx-proxy
+}
+
+start_idem() {
+  local name=$1 store=$2 admin=()
+  PORT=$(free_port)
+  if [ "${3:-}" = --admin ]; then
+    ADMIN=$(free_port)
+    admin=(--admin-listen "127.0.0.1:$ADMIN")
+  fi
+  "$IDEM" serve --listen "127.0.0.1:$PORT" --upstream "http://127.0.0.1:$UP_PORT" \
+    --store "$store" "${admin[@]}" 2>"$TMP/$name.stderr" &
+  PIDS+=($!)
+  wait_port "$PORT" "${PIDS[-1]}" "$name" || { cat "$TMP/$name.stderr" >&2; exit 1; }
+  if [ ${#admin[@]} -gt 0 ]; then
+    wait_port "$ADMIN" "${PIDS[-1]}" "$name-admin" || { cat "$TMP/$name.stderr" >&2; exit 1; }
+  fi
+}
+
+write_bench_lua() {
+  cat >"$TMP/bench.lua" <<EOF
+-- mode "unique": a fresh key per request; mode "replay": keys 0..N-1 (completed)
+local mode, prefix, nkeys = "unique", "u", $REPLAY_KEYS
+local counter, nthreads = 0, 0
+function setup(thread)
+  nthreads = nthreads + 1
+  thread:set("tid", nthreads)
+end
+function init(args)
+  mode = args[1] or mode
+  prefix = args[2] or prefix
+  wrk.method = "POST"
+  wrk.body = '$BODY'
+  wrk.headers["Content-Type"] = "application/json"
+end
+function request()
+  counter = counter + 1
+  local key
+  if mode == "replay" then
+    key = "replay-" .. ((counter * 7 + tid) % nkeys)
+  else
+    key = prefix .. "-" .. tid .. "-" .. counter
+  end
+  wrk.headers["Idempotency-Key"] = key
+  return wrk.format(nil, "/bench")
+end
+function done(summary, latency, requests)
+  local secs = summary.duration / 1e6
+  local e = summary.errors
+  io.write(string.format("RESULT %.1f %.3f %.3f %d %d %d\n",
+    summary.requests / secs, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    e.status, e.connect + e.read + e.write + e.timeout, summary.requests))
+end
+EOF
+}
+
+populate() {
+  python3 - "$1" "$REPLAY_KEYS" "$BODY" <<'EOF'
+import http.client, sys
+port, n, body = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+bad = 0
+for i in range(n):
+    c.request("POST", "/bench", body=body, headers={"Idempotency-Key": "replay-%d" % i,
+                                                   "Content-Type": "application/json"})
+    r = c.getresponse(); r.read()
+    bad += r.status != 200
+if bad:
+    sys.exit("populate: %d non-200 answers on port %d" % (bad, port))
+EOF
+}
+
+wrk_run() {
+  local out line
+  out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout 10s -s "$TMP/bench.lua" \
+        "http://127.0.0.1:$2/bench" -- "$3" "$1-$RANDOM" 2>&1) || {
+    echo "wrk failed for $1 $3: $out" >&2; exit 1; }
+  line=$(printf '%s\n' "$out" | grep '^RESULT ' | tail -1)
+  WRK_RESULT=${line#RESULT }
+}
+
+check_alive() {
+  for p in "${PIDS[@]}"; do
+    kill -0 "$p" 2>/dev/null || { echo "process $p died during the bench" >&2; exit 1; }
+  done
+}
