@@ -17,6 +17,9 @@
 #   wrk_run TARGET PORT MODE    one wrk run ($THREADS, $CONNS, $DURATION); sets
 #                               WRK_RESULT to the RESULT fields
 #   check_alive                 fail if any process in PIDS died
+# Reports (lmdb_bench.sh, pg_bench.sh):
+#   machine_lines               "## Machine", CPU (with the load) and memory lines
+#   raw_runs FILE               "## Raw runs" and FILE in a code block
 
 bench_tmp() {
   TMP=$(mktemp -d "/tmp/$1.XXXXXX")
@@ -190,4 +193,21 @@ check_alive() {
   for p in "${PIDS[@]}"; do
     kill -0 "$p" 2>/dev/null || { echo "process $p died during the bench" >&2; exit 1; }
   done
+}
+
+machine_lines() {
+  local cpu
+  cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
+  echo "## Machine"
+  echo
+  echo "- CPU: $cpu, $(nproc) cores (shared with other jobs while this ran: load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "- Memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+}
+
+raw_runs() {
+  echo "## Raw runs"
+  echo
+  echo '```'
+  cat "$1"
+  echo '```'
 }

@@ -13,6 +13,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 secs=${1:-5}
 rounds=${2:-3}
 conc=${3:-64}
@@ -86,7 +88,6 @@ g1=$(median group 1 pairs_per_sec)
 g1_p50=$(median group 1 p50_ms)
 s1=$(median single 1 pairs_per_sec)
 
-cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
 fs=$(df -T "$work" | awk 'NR == 2 { print $2 " on " $1 }')
 lmdb=$(dpkg-query -W -f '${Version}' liblmdb-dev 2>/dev/null || echo unknown)
 rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -125,17 +126,10 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "results to the loop thread and back, which on a busy shared 2-core machine waits"
   echo "for a CPU."
   echo
-  echo "## Machine"
-  echo
-  echo "- CPU: $cpu, $(nproc) cores (shared with other jobs while this ran: load $(cut -d' ' -f1-3 /proc/loadavg))"
-  echo "- Memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+  machine_lines
   echo "- Kernel: $(uname -sr); filesystem: $fs"
   echo "- liblmdb $lmdb"
   echo
-  echo "## Raw runs"
-  echo
-  echo '```'
-  cat "$runs"
-  echo '```'
+  raw_runs "$runs"
 } >"$out"
 echo "wrote $out"

@@ -14,6 +14,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 if [ -z "${IDEM_TEST_PG_URI:-}" ]; then
   exec "$repo/tests/support/with-postgres.sh" "$here/pg_bench.sh" "$@"
 fi
@@ -97,7 +99,6 @@ p1=$(median "tool=pgbench,clients=1" tps)
 p1_lat=$(median "tool=pgbench,clients=1" latency_avg_ms)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
-cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
 server=$(psql -X -tA -d "$uri" -c "SHOW server_version" 2>/dev/null ||
   "${IDEM_TEST_PG_BIN:-/usr/bin}/psql" -X -tA -d "$uri" -c "SHOW server_version")
 rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -137,16 +138,9 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "trips but, on one connection, the commits still come one after another"
   echo "(\`batch=1\`); a batch makes many operations one commit on few connections."
   echo
-  echo "## Machine"
-  echo
-  echo "- CPU: $cpu, $(nproc) cores (shared with other jobs while this ran: load $(cut -d' ' -f1-3 /proc/loadavg))"
-  echo "- Memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+  machine_lines
   echo "- Kernel: $(uname -sr); PostgreSQL $server (throwaway cluster, fsync on, shared_buffers 32MB)"
   echo
-  echo "## Raw runs"
-  echo
-  echo '```'
-  cat "$runs"
-  echo '```'
+  raw_runs "$runs"
 } >"$out"
 echo "wrote $out"
