@@ -267,6 +267,15 @@ static void on_closed(idem_store *store, void *arg) {
   *(int *)arg = 1;
 }
 
+/* Close store, run loop until the close has completed, then close loop. */
+static void close_store_and_loop(idem_store *store, uv_loop_t *loop) {
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(loop), 0);
+}
+
 /* n claim+complete pairs in flight at once on one loop. */
 static void run_burst(const char *uri, int n, const char *prefix, idem_lmdb_stats *st) {
   uv_loop_t loop;
@@ -286,11 +295,7 @@ static void run_burst(const char *uri, int n, const char *prefix, idem_lmdb_stat
     uv_run(&loop, UV_RUN_ONCE);
   assert_int_equal(b.failed, 0);
   assert_int_equal(idem_lmdb_stats_get(b.store, st), 0);
-  int closed = 0;
-  idem_store_close(b.store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  close_store_and_loop(b.store, &loop);
 }
 
 static void concurrent_writes_share_commits(void **state) {
@@ -335,11 +340,7 @@ static void replays_do_not_go_through_the_writer(void **state) {
   assert_int_equal(after.commits, before.commits);
   assert_int_equal(after.ops_read, before.ops_read + 10);
   idem_sync_close(s);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  close_store_and_loop(store, &loop);
 }
 
 /* ---- a full map -------------------------------------------------------- */
@@ -475,11 +476,7 @@ static void full_map_refuses_per_request(void **state) {
   assert_true(st.errors_full >= 1);
   assert_true(st.commits - commits_before <= 2); /* 4 completes in at most 2 commits */
   assert_true(st.max_batch >= 3);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  close_store_and_loop(store, &loop);
   free(body);
 }
 
@@ -546,11 +543,7 @@ static void sweeper_runs_in_the_background(void **state) {
   idem_state state_;
   assert_int_equal(get_state(s, "stays", &state_), 0);
   idem_sync_close(s);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  close_store_and_loop(store, &loop);
 }
 
 /* A long gc runs in chunks between batches: a claim submitted after it is
@@ -617,11 +610,7 @@ static void gc_does_not_stall_claims(void **state) {
   assert_int_equal(r.gc_count, 4000); /* 20 chunks of 200 */
   assert_int_equal(r.claim_at, 1);    /* the claim did not wait for them */
   assert_int_equal(r.gc_at, 2);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  close_store_and_loop(store, &loop);
 }
 
 static void delete_and_list(void **state) {
