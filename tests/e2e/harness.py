@@ -55,7 +55,7 @@ from upstream import Upstream  # noqa: E402  (re-exported)
 SRC = os.path.dirname(os.path.dirname(HERE))
 
 __all__ = ["Gateway", "Upstream", "GatewayTestCase", "RawConn", "Response",
-           "free_port", "idem_bin", "request_bytes", "run_idem", "wait_for", "main"]
+           "free_port", "idem_bin", "request_bytes", "run_idem", "terminate", "wait_for", "main"]
 
 
 def idem_bin():
@@ -77,6 +77,17 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def terminate(proc, timeout=10.0):
+    """SIGTERM proc, wait up to timeout seconds, then SIGKILL it (and wait
+    up to 5 s more)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def wait_for(pred, timeout, interval=0.02, what="condition"):
@@ -254,12 +265,7 @@ class Gateway:
         if self.proc is None or self._errpath is None:
             return self.proc.returncode if self.proc else None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            terminate(self.proc, timeout)
         self._reap()
         return self.proc.returncode
 

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import tempfile
 
-from harness import free_port, wait_for
+from harness import free_port, terminate, wait_for
 
 
 def redis_server_bin():
@@ -147,12 +147,7 @@ class RedisServer:
 
     def stop(self, timeout=10.0):
         if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            terminate(self.proc, timeout)
 
     def cleanup(self):
         self.stop()
