@@ -243,7 +243,9 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  * Several handles (one per loop) may be open on the same store at once.
  * Errors: IDEM_EURI, IDEM_ESTORE, IDEM_ENOTSTORE, IDEM_ESCHEMA, IDEM_ENOMEM.
  * When errmsg is not NULL, a malloc'd sentence with detail is left there on
- * failure (free it).
+ * failure (free it). After a failure the loop must run once more (e.g.
+ * uv_run(loop, UV_RUN_NOWAIT) or its normal run) to release what the attempt
+ * left on it, before the loop is closed.
  */
 int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out,
                     char **errmsg);

@@ -22,11 +22,8 @@ static void on_result(idem_store *store, const idem_result *res, void *arg) {
   (void)store;
   waiter *w = arg;
   w->done = 1;
-  w->err = res->err;
-  if (!res->err)
-    w->err = idem_result_copy(w->out, res);
-  else
-    w->out->err = res->err;
+  w->err = res->err ? res->err : idem_result_copy(w->out, res);
+  w->out->err = w->err; /* a copy that failed is an error of the result too */
 }
 
 static void on_closed(idem_store *store, void *arg) {
