@@ -377,17 +377,25 @@ static void write_cb(uv_write_t *wr, int status) {
   response_done(ex->conn, ex, status);
 }
 
+/* The connection closed while its exchange was in flight: there is no one to
+ * answer, so free the exchange and the reference it held. */
+static int drop_if_client_gone(gw_exchange *ex) {
+  gw_conn *c = ex->conn;
+  if (!c->closing)
+    return 0;
+  exchange_free(ex);
+  c->ex = NULL;
+  conn_unref(c);
+  return 1;
+}
+
 void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
                      size_t headers_len, const char *body, size_t body_len,
                      unsigned flags) {
   gw_conn *c = ex->conn;
   gw_request *req = ex->req;
-  if (c->closing) {
-    exchange_free(ex);
-    c->ex = NULL;
-    conn_unref(c);
+  if (drop_if_client_gone(ex))
     return;
-  }
   int is_head = req && req->is_head;
   /* after the client's EOF, pipelined requests already received are still
    * answered; the last answer closes */
@@ -472,12 +480,8 @@ typedef struct {
 
 static void stream_finish(gw_exchange *ex) {
   gw_conn *c = ex->conn;
-  if (c->closing) {
-    exchange_free(ex);
-    c->ex = NULL;
-    conn_unref(c);
+  if (drop_if_client_gone(ex))
     return;
-  }
   response_done(c, ex, ex->stream_failed ? UV_ECANCELED : 0);
 }
 
