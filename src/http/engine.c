@@ -26,6 +26,9 @@ enum { AFTER_UPSTREAM_ANSWER = 0, AFTER_502_UNREACHABLE };
 static void forward(gw_exchange *ex);
 static void claim(gw_exchange *ex);
 
+/* How much of a request target a log line shows. */
+static int log_len(const gw_request *r) { return (int)(r->target.len > 200 ? 200 : r->target.len); }
+
 static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
 
 /* ---- store handle ---- */
@@ -116,14 +119,14 @@ static void answer_upstream_failure(gw_exchange *ex) {
   if (ex->claimed)
     fprintf(stderr,
             "idem serve: upstream %s %.*s: %s; key '%s' (fence %" PRIu64 ") %s\n",
-            r->method, (int)(r->target.len > 200 ? 200 : r->target.len),
+            r->method, log_len(r),
             r->target.p, up_kind_text[ex->up.kind], ex->key, ex->fence,
             ex->up.kind == UP_CONNECT_FAILED ? "released"
             : ex->up.kind == UP_TOO_LARGE    ? "completed with a 502"
                                              : "stays locked until its lease ends");
   else
     fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method,
-            (int)(r->target.len > 200 ? 200 : r->target.len), r->target.p,
+            log_len(r), r->target.p,
             up_kind_text[ex->up.kind]);
   switch (ex->up.kind) {
   case UP_TIMEOUT:
@@ -324,7 +327,7 @@ static void on_upstream(void *arg, upstream_response *up) {
     if (up->kind != UP_OK)
       fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
               ex->req->method,
-              (int)(ex->req->target.len > 200 ? 200 : ex->req->target.len),
+              log_len(ex->req),
               ex->req->target.p, up_kind_text[up->kind]);
     gw_conn_stream_end(ex, up->kind == UP_OK && !ex->stream_failed);
     return;
@@ -356,7 +359,7 @@ static void on_upstream(void *arg, upstream_response *up) {
     fprintf(stderr,
             "idem serve: upstream %s %.*s: answer exceeded --max-response; key "
             "'%s' (fence %" PRIu64 ") completed with a 502\n",
-            ex->req->method, (int)(ex->req->target.len > 200 ? 200 : ex->req->target.len),
+            ex->req->method, log_len(ex->req),
             ex->req->target.p, ex->key, ex->fence);
     b->len = h->len = 0;
     policy_problem(b, 502, "upstream-response-too-large",
