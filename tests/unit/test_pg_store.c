@@ -118,18 +118,12 @@ static void uri_options_are_checked(void **state) {
   (void)state;
   idem_sync *db = NULL;
   char *msg = NULL;
-  assert_int_equal(idem_sync_open(database("idem_test", "pool=0"), &db, &msg), IDEM_EURI);
-  free(msg);
-  msg = NULL;
-  assert_int_equal(idem_sync_open(database("idem_test", "migrate=maybe"), &db, &msg), IDEM_EURI);
-  free(msg);
-  msg = NULL;
-  assert_int_equal(idem_sync_open(database("idem_test", "timeout=soon"), &db, &msg), IDEM_EURI);
-  free(msg);
-  msg = NULL;
-  assert_int_equal(idem_sync_open(database("idem_test", "batch=0"), &db, &msg), IDEM_EURI);
-  free(msg);
-  msg = NULL;
+  const char *bad[] = {"pool=0", "migrate=maybe", "timeout=soon", "batch=0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(idem_sync_open(database("idem_test", bad[i]), &db, &msg), IDEM_EURI);
+    free(msg);
+    msg = NULL;
+  }
   /* libpq's own options pass through, ours are taken out */
   assert_int_equal(
       idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&batch=8&timeout=30s&migrate=1"),
