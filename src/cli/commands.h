@@ -12,4 +12,11 @@ int cmd_migrate(int argc, char **argv); /* migrate.c: create/upgrade a schema */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Open an existing store for CMD (keys, gc), printing why not on failure;
+ * returns 0 or exit code 1. An lmdb: path that holds no store is an error
+ * here (the URI gets create=no unless it says otherwise): a mistyped path
+ * must not look like an empty store. */
+struct idem_sync;
+int cli_open_existing_store(const char *cmd, const char *uri, struct idem_sync **out);
+
 #endif

@@ -60,13 +60,9 @@ int cmd_gc(int argc, char **argv) {
   }
 
   idem_sync *sync;
-  char *errmsg = NULL;
-  int err = idem_sync_open(store, &sync, &errmsg);
-  if (err) {
-    fprintf(stderr, "idem gc: cannot open store '%s': %s\n", store, errmsg ? errmsg : idem_strerror(err));
-    free(errmsg);
+  if (cli_open_existing_store("gc", store, &sync))
     return 1;
-  }
+  int err = 0;
   size_t deleted = 0;
   for (;;) {
     size_t want = limit ? limit - deleted : PASS_CHUNK;

@@ -261,21 +261,15 @@ int cmd_keys(int argc, char **argv) {
     return rc;
 
   idem_sync *sync;
-  char *errmsg = NULL;
-  int err = idem_sync_open(a.store, &sync, &errmsg);
-  if (err) {
-    fprintf(stderr, "idem keys: cannot open store '%s': %s\n", a.store,
-            errmsg ? errmsg : idem_strerror(err));
-    free(errmsg);
+  if (cli_open_existing_store("keys", a.store, &sync))
     return 1;
-  }
   if (!strcmp(a.action, "list")) {
     rc = run_list(sync, &a);
   } else {
     int del = !strcmp(a.action, "delete");
     idem_op op = {.kind = del ? IDEM_OP_DELETE : IDEM_OP_GET, .scope = a.scope, .key = a.key};
     idem_result res;
-    err = idem_sync_run(sync, &op, &res);
+    int err = idem_sync_run(sync, &op, &res);
     if (err) {
       rc = fail_op(&a, err);
     } else if (del) {

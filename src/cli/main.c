@@ -1,6 +1,7 @@
-/* main.c - the idem binary: dispatch to a subcommand, nothing else. */
+/* main.c - the idem binary: dispatch to a subcommand, and what subcommands share. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -38,6 +39,27 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\nRun 'idem %s --help' for usage.\n", cmd);
   return 2;
+}
+
+int cli_open_existing_store(const char *cmd, const char *uri, idem_sync **out) {
+  char *errmsg = NULL, *own = NULL;
+  const char *open_uri = uri;
+  if (!strncmp(uri, "lmdb:", 5) && !strstr(uri, "create=")) {
+    if (asprintf(&own, "%s%screate=no", uri, strchr(uri, '?') ? "&" : "?") < 0) {
+      fprintf(stderr, "idem %s: out of memory\n", cmd);
+      return 1;
+    }
+    open_uri = own;
+  }
+  int err = idem_sync_open(open_uri, out, &errmsg);
+  free(own);
+  if (err) {
+    fprintf(stderr, "idem %s: cannot open store '%s': %s\n", cmd, uri,
+            errmsg ? errmsg : idem_strerror(err));
+    free(errmsg);
+    return 1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {

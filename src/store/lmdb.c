@@ -33,6 +33,7 @@ static const lmdb_options default_options = {
     .batch_max = 4096,
     .sweep_interval_ms = 5000,
     .sweep_batch = 1000,
+    .create = 1,
 };
 
 typedef struct {
@@ -95,8 +96,16 @@ static int parse_option(const char *name, const char *value, lmdb_options *opt,
       return fail(errmsg, IDEM_EURI, "lmdb: sweep_batch '%s': want a number of deletions per transaction, 1..1000000", value);
     return 0;
   }
+  if (!strcmp(name, "create")) {
+    if (!strcmp(value, "yes") || !strcmp(value, "no")) {
+      opt->create = !strcmp(value, "yes");
+      return 0;
+    }
+    return fail(errmsg, IDEM_EURI, "lmdb: create '%s': want yes or no", value);
+  }
   return fail(errmsg, IDEM_EURI,
-              "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch)", name);
+              "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch, create)",
+              name);
 }
 
 /* "lmdb:PATH[?name=value&...]"; "lmdb:///abs" is accepted for "lmdb:/abs". */
@@ -136,13 +145,16 @@ static int parse_uri(const char *uri, char **path, lmdb_options *opt, char **err
 
 /* ---- the directory ----------------------------------------------------- */
 
-/* Create the directory if missing; refuse what is not (or cannot become) a
- * store, before LMDB litters a directory that holds something else. */
-static int prepare_dir(const char *path, char **errmsg) {
+/* Create the directory if missing (and create is set); refuse what is not
+ * (or cannot become) a store, before LMDB litters a directory that holds
+ * something else. */
+static int prepare_dir(const char *path, int create, char **errmsg) {
   struct stat st;
   if (stat(path, &st) != 0) {
     if (errno != ENOENT)
       return fail(errmsg, IDEM_ESTORE, "lmdb: cannot use '%s': %s", path, strerror(errno));
+    if (!create)
+      return fail(errmsg, IDEM_ENOTSTORE, "lmdb: no store at '%s' (no such directory)", path);
     if (mkdir(path, 0700) != 0)
       return fail(errmsg, IDEM_ESTORE, "lmdb: cannot create store directory '%s': %s", path,
                   strerror(errno));
@@ -170,6 +182,9 @@ static int prepare_dir(const char *path, char **errmsg) {
     return fail(errmsg, IDEM_ENOTSTORE,
                 "lmdb: '%s' is not an idem store: it holds other files and no data.mdb "
                 "(use a new or empty directory)", path);
+  if (!has_data && !create)
+    return fail(errmsg, IDEM_ENOTSTORE, "lmdb: no store at '%s' (the directory holds no data.mdb)",
+                path);
   return 0;
 }
 
@@ -313,7 +328,7 @@ static int lmdb_open(idem_store *store, const char *uri, char **errmsg) {
   }
   char real[PATH_MAX];
   pthread_mutex_lock(&registry_lock);
-  if ((err = prepare_dir(path, errmsg)) == 0 && !realpath(path, real))
+  if ((err = prepare_dir(path, opt.create, errmsg)) == 0 && !realpath(path, real))
     err = fail(errmsg, IDEM_ESTORE, "lmdb: cannot resolve '%s': %s", path, strerror(errno));
   if (!err) {
     lmdb_env *e = registry;

@@ -28,6 +28,7 @@ typedef struct {
   size_t batch_max;         /* most operations in one commit (1: no grouping) */
   int64_t sweep_interval_ms; /* between background sweeps; 0: no sweeper */
   size_t sweep_batch;       /* most deletions in one sweep transaction */
+  int create;               /* 0: refuse a path that holds no store yet */
 } lmdb_options;
 
 typedef struct lmdb_env lmdb_env;

@@ -94,10 +94,44 @@ class KeysAndGc(GatewayTestCase):
         self.assertIn("not an idem store", err)
         code, out, err = run_idem(["gc", "--store", "lmdb:%s/a/b/c" % self.dir])
         self.assertEqual(code, 1)
-        self.assertIn("No such file or directory", err)
+        self.assertIn("no store at", err)
         code, out, err = run_idem(["keys", "list", "--store", self.store + "?colour=red"])
         self.assertEqual(code, 1)
         self.assertIn("unknown option 'colour'", err)
+
+    def test_a_path_without_a_store_is_not_created(self):
+        # a mistyped path must be an error, not a new empty store
+        missing = os.path.join(self.dir, "typo")
+        for cmd in (["keys", "list"], ["keys", "get", "key-1"], ["gc"]):
+            code, out, err = run_idem(cmd + ["--store", "lmdb:" + missing])
+            self.assertEqual(code, 1, (cmd, out, err))
+            self.assertIn("no store at '%s' (no such directory)" % missing, err)
+            self.assertFalse(os.path.exists(missing))
+        empty = os.path.join(self.dir, "empty")
+        os.mkdir(empty)
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:" + empty])
+        self.assertEqual(code, 1, err)
+        self.assertIn("holds no data.mdb", err)
+        self.assertEqual(os.listdir(empty), [])
+        # the store the gateway made opens as before, with or without options
+        code, out, err = run_idem(["keys", "get", "key-1", "--store", self.store + "?batch=1"])
+        self.assertEqual(code, 0, err)
+        # asking for it creates one
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:%s?create=yes" % missing])
+        self.assertEqual((code, out), (0, ""), err)
+        self.assertTrue(os.path.exists(os.path.join(missing, "data.mdb")))
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:%s?create=maybe" % missing])
+        self.assertEqual(code, 1)
+        self.assertIn("create 'maybe': want yes or no", err)
+
+    def test_serve_with_create_no_refuses_a_missing_store(self):
+        missing = os.path.join(self.dir, "typo")
+        code, out, err = run_idem(["serve", "--listen", "127.0.0.1:0", "--upstream",
+                                   self.up.url,
+                                   "--store", "lmdb:%s?create=no" % missing])
+        self.assertNotEqual(code, 0)
+        self.assertIn("no store at", err)
+        self.assertFalse(os.path.exists(missing))
 
 
 if __name__ == "__main__":

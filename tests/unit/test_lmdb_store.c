@@ -158,6 +158,33 @@ static void uncreatable_path_is_a_clear_error(void **state) {
   free(msg);
 }
 
+static void create_no_opens_only_an_existing_store(void **state) {
+  (void)state;
+  char p[300], *msg = NULL;
+  fresh_path(p, sizeof p);
+  /* a missing directory: refused, not created */
+  assert_int_equal(open_err(uri_of(p, "create=no"), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "no store at"));
+  assert_non_null(strstr(msg, p));
+  free(msg);
+  assert_int_not_equal(access(p, F_OK), 0);
+  /* an empty directory: refused, left empty */
+  assert_int_equal(mkdir(p, 0700), 0);
+  assert_int_equal(open_err(uri_of(p, "create=no"), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "holds no data.mdb"));
+  free(msg);
+  char f[400];
+  snprintf(f, sizeof f, "%s/data.mdb", p);
+  assert_int_not_equal(access(f, F_OK), 0);
+  /* once a store is there, create=no opens it */
+  assert_int_equal(open_err(uri_of(p, NULL), NULL), 0);
+  assert_int_equal(open_err(uri_of(p, "create=no"), NULL), 0);
+  assert_int_equal(open_err(uri_of(p, "create=yes"), NULL), 0);
+  assert_int_equal(open_err(uri_of(p, "create=maybe"), &msg), IDEM_EURI);
+  assert_non_null(strstr(msg, "want yes or no"));
+  free(msg);
+}
+
 static void foreign_files_are_not_stores(void **state) {
   (void)state;
   char p[300], f[400], *msg = NULL;
@@ -749,6 +776,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
+      cmocka_unit_test(create_no_opens_only_an_existing_store),
       cmocka_unit_test(foreign_files_are_not_stores),
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(concurrent_writes_share_commits),
