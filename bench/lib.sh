@@ -34,6 +34,7 @@ bench_cleanup() {
     kill -KILL "$p" 2>/dev/null || true
   done
   rm -rf "$TMP"
+  if [ -n "${EXTRA_TMP:-}" ]; then rm -rf "$EXTRA_TMP"; fi
 }
 
 free_port() {
