@@ -15,8 +15,15 @@
 #   replay         keys from a fixed set completed beforehand (replays)
 # Reports req/s, p50, p99 and the ratio to nginx-proxy for the same workload.
 #
+# Then unique keys at more connections (--sweep), nginx-proxy and idem-lmdb
+# alternating, --sweep-rounds pairs of --sweep-duration runs per point, with
+# the median of the paired ratios: a durable store shares each flush among
+# the requests in flight, so its throughput depends on how many there are.
+#
 # usage: bench/gateway_bench.sh [--idem PATH] [--duration 10s] [--threads 2]
 #                               [--connections 64] [--out bench/results/gateway.md]
+#                               [--sweep 128,256,512] [--sweep-rounds 3]
+#                               [--sweep-duration 5s]
 # Needs nginx, wrk, python3. Everything it starts is stopped by PID on exit.
 set -euo pipefail
 
@@ -30,6 +37,9 @@ THREADS=2
 CONNS=64
 OUT=$HERE/results/gateway.md
 REPLAY_KEYS=1000
+SWEEP=128,256,512
+SWEEP_ROUNDS=3
+SWEEP_DURATION=5s
 CMDLINE="bench/gateway_bench.sh $*"
 
 while [ $# -gt 0 ]; do
@@ -39,7 +49,10 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --sweep) SWEEP=$2; shift 2 ;;
+    --sweep-rounds) SWEEP_ROUNDS=$2; shift 2 ;;
+    --sweep-duration) SWEEP_DURATION=$2; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gateway_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -132,13 +145,35 @@ for mode in unique replay; do
   if [ -n "$SHM_PORT" ]; then run idem-lmdb-tmpfs "$SHM_PORT" "$mode" "$SHM_ADMIN"; fi
 done
 
+# unique keys at more connections: nginx-proxy and idem-lmdb in pairs
+SWEEP_RESULTS=$TMP/sweep.txt
+: >"$SWEEP_RESULTS"
+if [ -n "$SWEEP" ]; then
+  echo "connections round target req/s p50_ms p99_ms non2xx sockerr requests"
+  main_conns=$CONNS main_duration=$DURATION
+  CONNS_LIST=$(echo "$SWEEP" | tr ',' ' ')
+  DURATION=$SWEEP_DURATION
+  for c in $CONNS_LIST; do
+    CONNS=$c
+    for r in $(seq 1 "$SWEEP_ROUNDS"); do
+      for t in nginx-proxy idem-lmdb; do
+        port=$PX_PORT
+        [ "$t" = idem-lmdb ] && port=$LMDB_PORT
+        wrk_run "$t" "$port" unique
+        echo "$c $r $t $WRK_RESULT" | tee -a "$SWEEP_RESULTS"
+      done
+    done
+  done
+  CONNS=$main_conns DURATION=$main_duration
+fi
+
 # every gateway must still be alive after the runs
 check_alive
 
 mkdir -p "$(dirname "$OUT")"
-python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" "$LOAD_START" "$FSYNC_MS" <<'EOF'
-import datetime, os, platform, subprocess, sys
-res, out, cmd, dur, thr, conns, idem, load0, fsync_ms = sys.argv[1:10]
+python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" "$LOAD_START" "$FSYNC_MS" "$SWEEP_RESULTS" "$SWEEP_DURATION" <<'EOF'
+import datetime, os, platform, statistics, subprocess, sys
+res, out, cmd, dur, thr, conns, idem, load0, fsync_ms, sweep_res, sweep_dur = sys.argv[1:12]
 rows = [l.split() for l in open(res) if l.strip()]
 data = {(r[0], r[1]): r for r in rows}
 def cpu():
@@ -170,7 +205,7 @@ L.append("| nginx | %s |" % subprocess.run(["nginx", "-v"], capture_output=True,
 L.append("| wrk | %s threads, %s connections, %s per run, POST /bench, 31-byte JSON body |\n" % (thr, conns, dur))
 L.append("Command: `%s`\n" % cmd.strip())
 L.append("Upstream: nginx (`worker_processes auto`, one per core) returning a fixed 200 JSON body to any method. "
-         "nginx-proxy: nginx (`worker_processes auto`), `proxy_pass` with `keepalive 64`. "
+         "nginx-proxy: nginx (`worker_processes auto`), `proxy_pass` with `keepalive 512` (idem keeps up to 512 idle upstream connections per loop). "
          "idem: `idem serve --store memory:bench` and `--store lmdb:DIR`, default flags "
          "(`--workers` defaults to one event loop per core, like nginx's `auto`). "
          "unique: a fresh `Idempotency-Key` per request (claim, forward, store). "
@@ -211,6 +246,24 @@ if px and disk:
               (", idem-lmdb-tmpfs %.2f ms (the difference, %.2f ms, is time spent waiting on the disk)" %
                (shm, disk - shm)) if shm else "",
               fsync_ms, 4 * float(fsync_ms), px / 0.8))
+sweep = [l.split() for l in open(sweep_res) if l.strip()]
+if sweep:
+    L.append("## Unique keys at more connections\n")
+    L.append("nginx-proxy and idem-lmdb alternating, %s per run; the ratio is taken within each "
+             "round (the two runs back to back), and the table gives medians.\n" % sweep_dur)
+    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | idem-lmdb p50 ms | idem-lmdb p99 ms | idem-lmdb / nginx-proxy (per round) |")
+    L.append("| ---: | ---: | ---: | ---: | ---: | --- |")
+    for c in sorted({int(r[0]) for r in sweep}):
+        rows = [r for r in sweep if int(r[0]) == c]
+        px_r = {r[1]: float(r[3]) for r in rows if r[2] == "nginx-proxy"}
+        lm = {r[1]: r for r in rows if r[2] == "idem-lmdb"}
+        ratios = [float(lm[k][3]) / px_r[k] for k in px_r if k in lm and px_r[k] > 0]
+        med = lambda xs: statistics.median(xs) if xs else 0
+        L.append("| %d | %.0f | %.0f | %.2f | %.2f | **%.2fx** (%s) |" % (
+            c, med(list(px_r.values())), med([float(r[3]) for r in lm.values()]),
+            med([float(r[4]) for r in lm.values()]), med([float(r[5]) for r in lm.values()]),
+            med(ratios), ", ".join("%.2f" % x for x in ratios)))
+    L.append("")
 L.append("All servers and wrk share the same %d CPUs; on a shared machine the figures move "
          "with the neighbours' load, so compare rows of one run, not runs.\n" % os.cpu_count())
 open(out, "w").write("\n".join(L))

@@ -98,7 +98,7 @@ start_nginx_pair() {
 
   PX_PORT=$(free_port)
   nginx_conf proxy "
-  upstream app { server 127.0.0.1:$UP_PORT; keepalive 64; }
+  upstream app { server 127.0.0.1:$UP_PORT; keepalive 512; }
   server {
     listen 127.0.0.1:$PX_PORT;
     location / {

@@ -190,7 +190,7 @@ L += ["",
       "## Gateway: idem serve on Redis vs nginx as a plain reverse proxy\n",
       "wrk, %s threads, %s connections, %s per run, POST /bench with a 31-byte JSON body, in front of "
       "one nginx upstream (`worker_processes auto`) returning a fixed 200. nginx-proxy: "
-      "`proxy_pass` with `keepalive 64`, `worker_processes auto`. idem: `idem serve --store "
+      "`proxy_pass` with `keepalive 512`, `worker_processes auto`. idem: `idem serve --store "
       "redis://...` (same redis-server as above) and `--store memory:bench` for reference, default "
       "flags. unique: a fresh `Idempotency-Key` per request (claim, forward, complete: two Redis "
       "round trips). replay: keys from a set of %d completed before the run (one round trip). "
