@@ -241,6 +241,7 @@ static void route(admin_conn *c) {
       goto not_allowed;
     gw_buf b = {0};
     gw_metrics_render(&b);
+    gw_metrics_render_store(&b, admin_store(a));
     reply(c, 200, "text/plain; version=0.0.4", b.p, b.len);
     gw_buf_free(&b);
     return;

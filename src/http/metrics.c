@@ -1,6 +1,8 @@
 /* metrics.c - atomic counters and histograms, Prometheus text output. */
 #include "http/metrics.h"
 
+#include "store/lmdb.h"
+
 #include <stdatomic.h>
 
 static const double bucket_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -118,4 +120,34 @@ int gw_metrics_render(gw_buf *out) {
       (long long)atomic_load(&leases), (long long)atomic_load(&connections),
       (unsigned long long)atomic_load(&complete_failed),
       (unsigned long long)atomic_load(&release_failed));
+}
+
+int gw_metrics_render_store(gw_buf *out, const idem_store *store) {
+  idem_lmdb_stats s;
+  if (!store || idem_lmdb_stats_get(store, &s) != 0)
+    return 0; /* not an lmdb: store */
+  return gw_buf_printf(
+      out,
+      "# HELP idem_lmdb_commits_total Durable write transactions (group commits).\n"
+      "# TYPE idem_lmdb_commits_total counter\nidem_lmdb_commits_total %llu\n"
+      "# HELP idem_lmdb_ops_written_total Operations applied by those commits.\n"
+      "# TYPE idem_lmdb_ops_written_total counter\nidem_lmdb_ops_written_total %llu\n"
+      "# HELP idem_lmdb_ops_read_total Operations answered from a read snapshot alone.\n"
+      "# TYPE idem_lmdb_ops_read_total counter\nidem_lmdb_ops_read_total %llu\n"
+      "# HELP idem_lmdb_commit_seconds_total Time inside those commits (page writes "
+      "and device flushes).\n"
+      "# TYPE idem_lmdb_commit_seconds_total counter\nidem_lmdb_commit_seconds_total %.6f\n"
+      "# HELP idem_lmdb_max_batch Most operations in one commit so far.\n"
+      "# TYPE idem_lmdb_max_batch gauge\nidem_lmdb_max_batch %llu\n"
+      "# HELP idem_lmdb_swept_total Expired records deleted by the sweeper and gc.\n"
+      "# TYPE idem_lmdb_swept_total counter\nidem_lmdb_swept_total %llu\n"
+      "# HELP idem_lmdb_errors_total Operations refused: full (map or disk full) or "
+      "store (I/O error, corrupt record).\n"
+      "# TYPE idem_lmdb_errors_total counter\n"
+      "idem_lmdb_errors_total{kind=\"full\"} %llu\n"
+      "idem_lmdb_errors_total{kind=\"store\"} %llu\n",
+      (unsigned long long)s.commits, (unsigned long long)s.ops_written,
+      (unsigned long long)s.ops_read, (double)s.commit_us / 1e6,
+      (unsigned long long)s.max_batch, (unsigned long long)s.swept,
+      (unsigned long long)s.errors_full, (unsigned long long)s.errors_store);
 }

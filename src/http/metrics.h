@@ -47,4 +47,9 @@ void gw_metrics_release_failed(void);
 /* Append the Prometheus exposition text. */
 int gw_metrics_render(gw_buf *out);
 
+/* Render the counters of an lmdb: store (process-wide, shared by every
+ * handle on its path) after the gateway's own; nothing for other stores. */
+struct idem_store;
+int gw_metrics_render_store(gw_buf *out, const struct idem_store *store);
+
 #endif

@@ -53,6 +53,25 @@ class Admin(GatewayTestCase):
         self.assertTrue(any("replay" in n + l for (n, l) in after),
                         "no metric counts replays")
 
+    def test_lmdb_counters_only_for_an_lmdb_store(self):
+        text = self.gw.admin_request("GET", "/metrics").body.decode()
+        self.assertNotIn("idem_lmdb_", text)  # this gateway runs on memory:
+        gw = self.start_gateway(self.up, admin=True, store="lmdb:%s/store" % self.tempdir())
+        for i in range(3):
+            self.assertEqual(gw.request("POST", "/c", body=b"x", key="c%d" % i).status, 200)
+        self.assertTrue(gw.request("POST", "/c", body=b"x", key="c0").replayed)
+        m = parse_metrics(gw.admin_request("GET", "/metrics").body.decode())
+        # three claims and three completes, each durable before its answer
+        self.assertGreaterEqual(m[("idem_lmdb_ops_written_total", "")], 6, m)
+        self.assertGreaterEqual(m[("idem_lmdb_commits_total", "")], 2, m)
+        self.assertLessEqual(m[("idem_lmdb_commits_total", "")],
+                             m[("idem_lmdb_ops_written_total", "")])
+        self.assertGreater(m[("idem_lmdb_commit_seconds_total", "")], 0)
+        self.assertGreaterEqual(m[("idem_lmdb_max_batch", "")], 1)
+        self.assertGreaterEqual(m[("idem_lmdb_ops_read_total", "")], 1, "the replay was read")
+        self.assertEqual(m[("idem_lmdb_errors_total", '{kind="full"}')], 0)
+        self.assertEqual(m[("idem_lmdb_errors_total", '{kind="store"}')], 0)
+
     def test_get_and_delete_key(self):
         r1 = self.gw.request("POST", "/k", body=b"x", key="inspect-me")
         self.assertEqual(r1.status, 200, self.gw_log())

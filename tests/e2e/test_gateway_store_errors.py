@@ -5,6 +5,7 @@ called, keyless requests still pass. --on-store-error open: the request
 passes through (the upstream sees it without a fence). Outages of a
 networked store are tested with Redis and PostgreSQL."""
 
+import re
 import threading
 import time
 
@@ -44,9 +45,13 @@ class StoreErrors(GatewayTestCase):
     def test_full_store_fails_closed(self):
         up = self.start_upstream()
         store = "lmdb:%s/store?map_size=1MiB" % self.tempdir()
-        gw = self.start_gateway(up, store=store)
+        gw = self.start_gateway(up, store=store, admin=True)
         key, r = self._fill(gw, lambda k, r: r.status != 200)
         self.assertProblem(r, 503, self.gw_log())
+        # the refusal is counted where an operator looks
+        metrics = gw.admin_request("GET", "/metrics").body.decode()
+        full = re.search(r'(?m)^idem_lmdb_errors_total\{kind="full"\} (\d+)$', metrics)
+        self.assertTrue(full and int(full.group(1)) >= 1, metrics)
         ra = r.header("Retry-After")
         self.assertTrue(ra and ra.strip().isdigit(), "503 without a delay-seconds Retry-After: %r" % r)
         self.assertEqual(up.count(key), 0, "upstream called although the claim failed")
