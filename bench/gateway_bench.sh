@@ -103,7 +103,8 @@ os.unlink(sys.argv[1])
 EOF
 )
 
-# outcomes ADMIN-PORT: "executed replayed other" from idem_requests_total
+# outcomes ADMIN-PORT: "executed replayed other commits ops commit_seconds"
+# from idem_requests_total and, on lmdb, the store's counters (else 0)
 outcomes() {
   python3 - "$1" <<'EOF'
 import re, sys, urllib.request
@@ -111,7 +112,11 @@ t = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=
 c = {m.group(1): float(m.group(2)) for m in
      re.finditer(r'^idem_requests_total\{outcome="([a-z_]+)"\} (\S+)$', t, re.M)}
 ex, rp = c.get("executed", 0), c.get("replayed", 0)
-print("%d %d %d" % (ex, rp, sum(c.values()) - ex - rp))
+def one(name):
+    m = re.search(r'^%s (\S+)$' % name, t, re.M)
+    return float(m.group(1)) if m else 0.0
+print("%d %d %d %d %d %.6f" % (ex, rp, sum(c.values()) - ex - rp, one("idem_lmdb_commits_total"),
+                               one("idem_lmdb_ops_written_total"), one("idem_lmdb_commit_seconds_total")))
 EOF
 }
 
@@ -126,13 +131,13 @@ if [ -n "$SHM_PORT" ]; then populate "$SHM_PORT"; fi
 RESULTS=$TMP/results.txt
 : >"$RESULTS"
 run() { # run TARGET PORT MODE [ADMIN-PORT]
-  local before="0 0 0" after="0 0 0"
+  local before="0 0 0 0 0 0" after="0 0 0 0 0 0"
   [ -n "${4:-}" ] && before=$(outcomes "$4")
   wrk_run "$1" "$2" "$3"
-  local delta="- - -"
+  local delta="- - - - - -"
   if [ -n "${4:-}" ]; then
     after=$(outcomes "$4")
-    delta=$(python3 -c 'import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(" ".join(str(int(y)-int(x)) for x,y in zip(a,b)))' "$before" "$after")
+    delta=$(python3 -c 'import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(" ".join("%g" % round(float(y)-float(x), 6) for x,y in zip(a,b)))' "$before" "$after")
   fi
   echo "$1 $3 $WRK_RESULT $delta" | tee -a "$RESULTS"
 }
@@ -233,6 +238,12 @@ def per_request_ms(t):  # Little's law: connections / throughput
     r = data.get((t, "unique"))
     return float(conns) / float(r[2]) * 1000 if r and float(r[2]) > 0 else None
 px, disk, shm = (per_request_ms(t) for t in ("nginx-proxy", "idem-lmdb", "idem-lmdb-tmpfs"))
+def commits(t):  # (ops per commit, ms per commit) over the unique-key run
+    r = data.get((t, "unique"))
+    if not r or len(r) < 14 or r[11] in ("-", "0"):
+        return None
+    n, ops, secs = float(r[11]), float(r[12]), float(r[13])
+    return ops / n, secs * 1000 / n
 if px and disk:
     L.append("## What the disk costs (unique keys)\n")
     L.append("With %s connections each waiting for its answer, the mean time per request is "
@@ -240,12 +251,20 @@ if px and disk:
              "A unique key needs two durable commits in series (the claim before the request goes "
              "upstream, the answer before it goes back), and a durable LMDB commit is two device "
              "flushes (the data pages, then the meta page); a 4 KiB write + fdatasync on this disk "
-             "takes %s ms, so each request waits for four flushes in series, about %.2f ms. "
+             "takes %s ms, so each request waits for at least four flushes in series, about %.2f ms. "
+             "%s"
              "0.8x nginx-proxy would need %.2f ms per request.\n" %
              (conns, px, disk,
               (", idem-lmdb-tmpfs %.2f ms (the difference, %.2f ms, is time spent waiting on the disk)" %
                (shm, disk - shm)) if shm else "",
-              fsync_ms, 4 * float(fsync_ms), px / 0.8))
+              fsync_ms, 4 * float(fsync_ms),
+              ("During the run idem-lmdb's commits held %.1f operations each and took %.2f ms inside "
+               "LMDB (idem_lmdb_* counters): the writer is never idle, so a claim or a complete waits "
+               "on average for half of the commit in progress, then for its own, twice per request: "
+               "about 3 x %.2f = %.2f ms. " % (commits("idem-lmdb") + (commits("idem-lmdb")[1],
+                                               3 * commits("idem-lmdb")[1])))
+              if commits("idem-lmdb") else "",
+              px / 0.8))
 sweep = [l.split() for l in open(sweep_res) if l.strip()]
 if sweep:
     L.append("## Unique keys at more connections\n")
