@@ -186,6 +186,42 @@ static void on_store(idem_store *st, const idem_result *res, void *arg) {
   admin_unref(c->a); /* the op's hold */
 }
 
+/* /readyz: the store answered a read of a key nobody uses (not found is a
+ * good answer); anything else means this gateway cannot serve keyed
+ * requests, so a load balancer should send them elsewhere. */
+#define READY_PROBE_KEY "idem-readyz-probe"
+
+static void on_ready(idem_store *st, const idem_result *res, void *arg) {
+  admin_conn *c = arg;
+  (void)st;
+  c->busy = 0;
+  if (!res->err || res->err == IDEM_ENOTFOUND)
+    reply(c, 200, "text/plain", "ready\n", 6);
+  else
+    reply_problem(c, 503, "store-unavailable", "Store unavailable", idem_strerror(res->err));
+  admin_unref(c->a); /* the op's hold */
+}
+
+/* Submit op to the admin's store handle, answered by cb; 503 when the store
+ * cannot take it. */
+static void submit_admin_op(admin_conn *c, const idem_op *op, idem_cb cb) {
+  gw_admin *a = c->a;
+  idem_store *st = admin_store(a);
+  if (!st) {
+    reply_problem(c, 503, "store-unavailable", "Store unavailable",
+                  "the store could not be opened");
+    return;
+  }
+  c->busy = 1;
+  a->handles++;
+  int rc = idem_store_submit(st, op, cb, c);
+  if (rc) {
+    a->handles--;
+    c->busy = 0;
+    reply_problem(c, 503, "store-unavailable", "Store unavailable", idem_strerror(rc));
+  }
+}
+
 static int hexval(char ch) {
   if (ch >= '0' && ch <= '9') return ch - '0';
   if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
@@ -236,6 +272,13 @@ static void route(admin_conn *c) {
     reply(c, 200, "text/plain", "ok\n", 3);
     return;
   }
+  if (gw_ieq(u, plen, "/readyz")) {
+    if (m != HTTP_GET && m != HTTP_HEAD)
+      goto not_allowed;
+    idem_op op = {.kind = IDEM_OP_GET, .key = READY_PROBE_KEY};
+    submit_admin_op(c, &op, on_ready);
+    return;
+  }
   if (gw_ieq(u, plen, "/metrics")) {
     if (m != HTTP_GET)
       goto not_allowed;
@@ -270,29 +313,15 @@ static void route(admin_conn *c) {
       }
       qp = pend + 1;
     }
-    idem_store *st = admin_store(a);
-    if (!st) {
-      reply_problem(c, 503, "store-unavailable", "Store unavailable",
-                    "the store could not be opened");
-      return;
-    }
     idem_op op = {0};
     op.kind = m == HTTP_GET ? IDEM_OP_GET : IDEM_OP_DELETE;
     op.scope = c->scope;
     op.key = c->key;
-    c->busy = 1;
-    a->handles++;
-    int rc = idem_store_submit(st, &op, on_store, c);
-    if (rc) {
-      a->handles--;
-      c->busy = 0;
-      reply_problem(c, 503, "store-unavailable", "Store unavailable",
-                    idem_strerror(rc));
-    }
+    submit_admin_op(c, &op, on_store);
     return;
   }
   reply_problem(c, 404, "not-found", "Not Found",
-                "admin paths: /healthz, /metrics, /keys/KEY");
+                "admin paths: /healthz, /readyz, /metrics, /keys/KEY");
   return;
 not_allowed:
   reply_problem(c, 405, "method-not-allowed", "Method Not Allowed",

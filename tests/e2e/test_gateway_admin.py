@@ -32,6 +32,16 @@ class Admin(GatewayTestCase):
         r = self.gw.admin_request("GET", "/healthz")
         self.assertEqual(r.status, 200, self.gw_log())
 
+    def test_readyz_asks_the_store(self):
+        r = self.gw.admin_request("GET", "/readyz")
+        self.assertEqual((r.status, r.body), (200, b"ready\n"), self.gw_log())
+        self.assertEqual(self.gw.admin_request("POST", "/readyz").status, 405)
+        # the probe reads, it writes nothing
+        self.assertEqual(self.gw.admin_request("GET", "/keys/idem-readyz-probe").status, 404)
+        # on lmdb the probe is a read snapshot, not a commit
+        gw = self.start_gateway(self.up, admin=True, store="lmdb:%s/store" % self.tempdir())
+        self.assertEqual(gw.admin_request("GET", "/readyz").status, 200, self.gw_log())
+
     def test_metrics_count_requests(self):
         r = self.gw.admin_request("GET", "/metrics")
         self.assertEqual(r.status, 200, self.gw_log())

@@ -90,7 +90,8 @@ class RedisOutage(GatewayTestCase):
         return self.gw_log() + tail
 
     def test_fail_closed_503_then_recovers_and_no_key_runs_twice(self):
-        gw = self.start_gateway(self.up, "--workers", "2", store=self.redis.uri)
+        gw = self.start_gateway(self.up, "--workers", "2", store=self.redis.uri, admin=True)
+        self.assertEqual(gw.admin_request("GET", "/readyz").status, 200, self.ctx())
         load = Load(gw).start()
         self.addCleanup(load.join)
         ok = lambda e: e[2] == 200  # noqa: E731
@@ -101,12 +102,19 @@ class RedisOutage(GatewayTestCase):
         wait_for(lambda: load.count(lambda e: e[0] > t_kill and e[2] == 503) >= 60, 30,
                  what="503s during the outage")
         self.assertTrue(gw.alive(), self.ctx(load))
+        # a load balancer asking /readyz learns it, and /healthz stays up
+        r = wait_for(lambda: (lambda r: r if r.status == 503 else None)(
+            gw.admin_request("GET", "/readyz")), 30, what="/readyz 503 during the outage")
+        self.assertEqual((r.header("Content-Type") or "").split(";")[0], "application/problem+json")
+        self.assertEqual(gw.admin_request("GET", "/healthz").status, 200)
 
         t_back = time.monotonic()
         self.redis.start()
         # nobody touches the gateway: it must reconnect by itself
         wait_for(lambda: load.count(lambda e: e[0] > t_back and e[2] == 200) >= 40, 30,
                  what="40 answers after Redis came back")
+        wait_for(lambda: gw.admin_request("GET", "/readyz").status == 200, 30,
+                 what="/readyz 200 after Redis came back")
         self.assertTrue(load.join(), "clients hung\n" + self.ctx(load))
 
         with load.lock:
