@@ -111,7 +111,6 @@ static const char *const up_kind_text[] = {
     [UP_TIMEOUT] = "timed out",
     [UP_RESET] = "connection broke before a complete answer",
     [UP_BAD_RESPONSE] = "answer was not valid HTTP",
-    [UP_TOO_LARGE] = "answer exceeded --max-response",
 };
 
 static void answer_upstream_failure(gw_exchange *ex) {
@@ -121,9 +120,7 @@ static void answer_upstream_failure(gw_exchange *ex) {
             "idem serve: upstream %s %.*s: %s; key '%s' (fence %" PRIu64 ") %s\n",
             r->method, log_len(r),
             r->target.p, up_kind_text[ex->up.kind], ex->key, ex->fence,
-            ex->up.kind == UP_CONNECT_FAILED ? "released"
-            : ex->up.kind == UP_TOO_LARGE    ? "completed with a 502"
-                                             : "stays locked until its lease ends");
+            ex->up.kind == UP_CONNECT_FAILED ? "released" : "stays locked until its lease ends");
   else
     fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method,
             log_len(r), r->target.p,
@@ -143,12 +140,6 @@ static void answer_upstream_failure(gw_exchange *ex) {
             ex->claimed ? "the upstream could not be reached; the request was not "
                           "sent and the key was released, retry"
                         : "the upstream could not be reached",
-            NULL);
-    break;
-  case UP_TOO_LARGE:
-    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-response-too-large",
-            "Upstream response too large",
-            "the upstream answer exceeded the gateway's --max-response limit",
             NULL);
     break;
   default:
@@ -202,25 +193,30 @@ static void store_failed(gw_exchange *ex, const char *op, int err) {
 
 /* ---- complete and release ---- */
 
-static void on_complete(idem_store *st, const idem_result *res, void *arg) {
-  gw_exchange *ex = arg;
-  (void)st;
+/* A complete is done: count it. If it failed, the client still gets the
+ * upstream's answer, and the lease keeps immediate duplicates out until it
+ * ends. */
+static void completed(gw_exchange *ex, const idem_result *res) {
   gw_metrics_observe(GW_HIST_COMPLETE, since_us(ex->op_started_ns));
   gw_metrics_leases(-1);
   if (res->err) {
-    /* The upstream answered: the client still gets that answer. The lease
-     * keeps immediate duplicates out until it ends. */
     gw_metrics_complete_failed();
     fprintf(stderr,
             "idem serve: storing the answer of key '%s' (fence %" PRIu64
             ") failed: %s\n",
             ex->key, ex->fence, idem_strerror(res->err));
   }
+}
+
+static void on_complete(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  completed(ex, res);
   answer_upstream(ex, GW_OUT_EXECUTED);
 }
 
 static void complete(gw_exchange *ex, int status, const gw_buf *headers,
-                     const gw_buf *body) {
+                     const gw_buf *body, idem_cb done) {
   idem_store *st = ex->w->store;
   idem_op op = {0};
   op.kind = IDEM_OP_COMPLETE;
@@ -234,11 +230,11 @@ static void complete(gw_exchange *ex, int status, const gw_buf *headers,
   op.response.body = body->p ? body->p : "";
   op.response.body_len = body->len;
   ex->op_started_ns = uv_hrtime();
-  int rc = st ? idem_store_submit(st, &op, on_complete, ex) : IDEM_ESTORE;
+  int rc = st ? idem_store_submit(st, &op, done, ex) : IDEM_ESTORE;
   if (rc) {
     idem_result res = {0};
     res.err = rc;
-    on_complete(st, &res, ex);
+    done(st, &res, ex);
   }
 }
 
@@ -313,23 +309,93 @@ void gw_engine_stream_drained(gw_exchange *ex) {
   }
 }
 
-static const upstream_stream stream_cbs = {on_stream_head, on_stream_data};
+static const upstream_stream stream_cbs = {on_stream_head, on_stream_data, 0};
+
+/* The upstream is done with an answer that streams to the client. */
+static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
+  gw_metrics_outcome(kind != UP_OK   ? (kind == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
+                                                          : GW_OUT_UPSTREAM_ERROR)
+                     : ex->claimed ? GW_OUT_EXECUTED
+                     : ex->bypass  ? GW_OUT_STORE_BYPASS
+                                   : GW_OUT_PASSTHROUGH);
+  if (kind != UP_OK)
+    fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
+            ex->req->method, log_len(ex->req), ex->req->target.p, up_kind_text[kind]);
+  gw_conn_stream_end(ex, kind == UP_OK && !ex->stream_failed);
+}
+
+/* ---- answers too large to keep ----
+ *
+ * A keyed answer that passes --max-response cannot be stored, but the
+ * request ran: releasing the key would let a retry run it twice. So the key
+ * is completed with a 502 that says so (what retries get), and only once
+ * that is stored does this client get the real answer, streamed: the part
+ * buffered so far, then the rest as it comes. The upstream is paused
+ * meanwhile; what it had already sent waits in up.body. */
+
+static void on_spill_stored(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  completed(ex, res);
+  ex->spilling = 0;
+  on_stream_head(ex, &ex->up);
+  gw_conn_stream_data(ex, ex->up.body.p, ex->up.body.len);
+  ex->up.body.len = 0;
+  if (ex->spill_ended)
+    stream_upstream_done(ex, ex->spill_kind);
+  else if (gw_conn_stream_backlog(ex) <= (1u << 20))
+    gw_engine_stream_drained(ex); /* resume reading */
+}
+
+static void on_spill_head(void *arg, upstream_response *up) {
+  gw_exchange *ex = arg;
+  ex->spilling = 1;
+  ex->up_paused = 1;
+  upstream_pause(up, 1);
+  fprintf(stderr,
+          "idem serve: upstream %s %.*s: answer (status %d) passed --max-response; key "
+          "'%s' (fence %" PRIu64 ") completed with a 502, the answer streams to this "
+          "client only\n",
+          ex->req->method, log_len(ex->req), ex->req->target.p, up->status, ex->key,
+          ex->fence);
+  char detail[160];
+  snprintf(detail, sizeof detail,
+           "the request ran once and the upstream answered %d, but its answer was "
+           "larger than the gateway's --max-response and was not kept",
+           up->status);
+  gw_buf marker = {0}, headers = {0};
+  policy_problem(&marker, 502, "upstream-response-not-stored", "Upstream response not stored",
+                 detail);
+  gw_buf_puts(&headers, "Content-Type: application/problem+json\r\n");
+  complete(ex, 502, &headers, &marker, on_spill_stored); /* the store copies */
+  gw_buf_free(&marker);
+  gw_buf_free(&headers);
+}
+
+static void on_spill_data(void *arg, const char *data, size_t len) {
+  gw_exchange *ex = arg;
+  if (!ex->spilling) {
+    on_stream_data(arg, data, len);
+    return;
+  }
+  /* the rest of the read that passed the limit: at most one read buffer */
+  if (gw_buf_append(&ex->up.body, data, len))
+    ex->stream_failed = 1; /* out of memory: the client will see it cut */
+}
+
+static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
 
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
+  if (ex->spilling) { /* on_spill_stored ends it */
+    ex->spill_ended = 1;
+    ex->spill_kind = up->kind;
+    return;
+  }
   if (ex->streaming) {
-    /* a pass-through answer already on its way to the client */
-    gw_metrics_outcome(up->kind != UP_OK ? (up->kind == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
-                                                                   : GW_OUT_UPSTREAM_ERROR)
-                       : ex->bypass ? GW_OUT_STORE_BYPASS
-                                    : GW_OUT_PASSTHROUGH);
-    if (up->kind != UP_OK)
-      fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
-              ex->req->method,
-              log_len(ex->req),
-              ex->req->target.p, up_kind_text[up->kind]);
-    gw_conn_stream_end(ex, up->kind == UP_OK && !ex->stream_failed);
+    /* an answer already on its way to the client */
+    stream_upstream_done(ex, up->kind);
     return;
   }
   if (up->kind == UP_OK && filter_headers(up, &ex->stored_headers)) {
@@ -345,35 +411,13 @@ static void on_upstream(void *arg, upstream_response *up) {
   switch (up->kind) {
   case UP_OK:
     if (policy_status_stored(up->status))
-      complete(ex, up->status, &ex->stored_headers, &up->body);
+      complete(ex, up->status, &ex->stored_headers, &up->body, on_complete);
     else
       release(ex, AFTER_UPSTREAM_ANSWER);
     return;
   case UP_CONNECT_FAILED:
     release(ex, AFTER_502_UNREACHABLE);
     return;
-  case UP_TOO_LARGE: {
-    /* The request ran but its answer cannot be kept. Releasing would let a
-     * retry run it twice, so the key is completed with a 502 that says so. */
-    gw_buf *b = &ex->out_body, *h = &ex->stored_headers;
-    fprintf(stderr,
-            "idem serve: upstream %s %.*s: answer exceeded --max-response; key "
-            "'%s' (fence %" PRIu64 ") completed with a 502\n",
-            ex->req->method, log_len(ex->req),
-            ex->req->target.p, ex->key, ex->fence);
-    b->len = h->len = 0;
-    policy_problem(b, 502, "upstream-response-too-large",
-                   "Upstream response too large",
-                   "the request ran, but its answer exceeded the gateway's "
-                   "--max-response limit and was not kept");
-    gw_buf_puts(h, "Content-Type: application/problem+json\r\n");
-    up->status = 502;
-    up->body.len = 0;
-    gw_buf_append(&up->body, b->p, b->len);
-    up->kind = UP_OK;
-    complete(ex, 502, h, &up->body);
-    return;
-  }
   default:
     /* sent, no complete answer: the lease stays until it ends */
     gw_metrics_leases(-1);
@@ -444,10 +488,11 @@ static void forward(gw_exchange *ex) {
   if (r->body.len)
     ex->up_bufs[n++] = uv_buf_init(r->body.p, (unsigned)r->body.len);
   ex->op_started_ns = uv_hrtime();
-  /* answers that will not be stored stream through, with no size limit */
+  /* answers that will not be stored stream through, with no size limit;
+   * keyed ones are kept whole, and stream only past --max-response */
   upstream_send(ex->w->pool, ex->up_bufs, n, r->is_head,
                 !ex->claimed && method_retry_safe(r->method),
-                ex->claimed ? NULL : &stream_cbs, &ex->up, on_upstream, ex);
+                ex->claimed ? &spill_cbs : &stream_cbs, &ex->up, on_upstream, ex);
 }
 
 /* ---- claim and wait ---- */

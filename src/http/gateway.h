@@ -84,6 +84,11 @@ typedef struct gw_exchange {
   int stream_ended;
   int stream_failed;
   int up_paused;       /* the upstream is paused for backpressure */
+  /* a keyed answer past --max-response (engine.c, "answers too large to
+   * keep"): its marker is being stored, the answer waits in up.body */
+  int spilling;
+  int spill_ended;        /* the upstream finished meanwhile, with: */
+  upstream_kind spill_kind;
 } gw_exchange;
 
 /* ---- conn.c ---- */

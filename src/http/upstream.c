@@ -23,7 +23,6 @@ typedef struct up_conn {
   int handles; /* open uv handles, the conn is freed at 0 */
   int reused;
   int msg_done;
-  int too_large;
   int writing;
   int sent_any; /* some byte of the request reached the socket */
   int in_body; /* header callbacks now carry trailers: dropped */
@@ -152,21 +151,24 @@ static int r_value(http_parser *p, const char *at, size_t len) {
   up_conn *c = p->data;
   return c->in_body ? 0 : gw_headers_on_value(&c->resp->headers, at, len);
 }
+static void start_streaming(up_conn *c) {
+  c->streaming = 1;
+  c->resp->conn = c;
+  c->stream->on_head(c->arg, c->resp);
+}
 static int r_headers_complete(http_parser *p) {
   up_conn *c = p->data;
   gw_headers_done(&c->resp->headers);
   c->in_body = 1;
   c->resp->status = p->status_code;
-  if (c->stream && p->status_code >= 200) {
-    c->streaming = 1;
-    c->resp->conn = c;
-    c->stream->on_head(c->arg, c->resp);
+  if (!c->stream->past_limit && p->status_code >= 200) {
+    start_streaming(c);
     return c->is_head ? 1 : 0;
   }
   if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
     if (p->content_length > c->pool->cfg->max_response) {
-      c->too_large = 1;
-      return -1;
+      start_streaming(c);
+      return 0;
     }
     if (gw_buf_reserve(&c->resp->body, (size_t)p->content_length))
       return -1;
@@ -180,8 +182,9 @@ static int r_body(http_parser *p, const char *at, size_t len) {
     return 0;
   }
   if (c->resp->body.len + len > c->pool->cfg->max_response) {
-    c->too_large = 1;
-    return -1;
+    start_streaming(c);
+    c->stream->on_data(c->arg, at, len);
+    return 0;
   }
   return gw_buf_append(&c->resp->body, at, len);
 }
@@ -267,7 +270,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     if (!c->got && c->reused && c->retry_safe && !c->writing)
       retry_fresh(c);
     else
-      finish(c, c->too_large ? UP_TOO_LARGE : UP_RESET);
+      finish(c, UP_RESET);
     conn_close(c);
     return;
   }
@@ -280,7 +283,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     size_t n = http_parser_execute(&c->p, &rsettings, data, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
     if (e != HPE_OK && e != HPE_PAUSED) {
-      finish(c, c->too_large ? UP_TOO_LARGE : UP_BAD_RESPONSE);
+      finish(c, UP_BAD_RESPONSE);
       conn_close(c);
       return;
     }
@@ -326,7 +329,6 @@ static void send_now(up_conn *c) {
   c->sent_any = 0;
   c->streaming = 0;
   c->msg_done = 0;
-  c->too_large = 0;
   http_parser_init(&c->p, HTTP_RESPONSE);
   c->p.data = c;
   c->wreq.data = c;

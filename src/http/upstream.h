@@ -2,8 +2,8 @@
  * upstream.h - one worker's connections to the upstream: a pool of
  * keep-alive connections, one request at a time on each, responses parsed
  * with http_parser. Answers to keyed requests are buffered whole (up to
- * --max-response) so that they can be stored and replayed; pass-through
- * answers stream.
+ * --max-response) so that they can be stored and replayed, and stream on
+ * past that; pass-through answers stream.
  */
 #ifndef IDEM_HTTP_UPSTREAM_H
 #define IDEM_HTTP_UPSTREAM_H
@@ -20,8 +20,7 @@ typedef enum {
   UP_CONNECT_FAILED,  /* nothing was sent: the upstream never saw it */
   UP_TIMEOUT,         /* sent, no complete answer in --upstream-timeout */
   UP_RESET,           /* sent, the connection broke before a full answer */
-  UP_BAD_RESPONSE,    /* sent, the answer was not valid HTTP */
-  UP_TOO_LARGE        /* sent, the answer's body passed --max-response */
+  UP_BAD_RESPONSE     /* sent, the answer was not valid HTTP */
 } upstream_kind;
 
 typedef struct {
@@ -36,10 +35,14 @@ typedef struct {
 /* Streaming, for answers that are not stored (pass-through): no size limit,
  * the body goes to on_data as it arrives (copy what you keep) instead of
  * into resp->body. on_head runs once status and headers are in resp; the
- * final upstream_cb still runs once, at the end or on failure. */
+ * final upstream_cb still runs once, at the end or on failure.
+ * past_limit: buffer the answer in resp->body as without a stream, and
+ * stream only once it would pass --max-response: on_head then finds the
+ * part buffered so far in resp->body, and the rest goes to on_data. */
 typedef struct {
   void (*on_head)(void *arg, upstream_response *resp);
   void (*on_data)(void *arg, const char *data, size_t len);
+  int past_limit;
 } upstream_stream;
 
 /* Backpressure for a streaming answer: stop (1) or resume (0) reading. */
@@ -58,7 +61,7 @@ upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
 
 /*
  * Send one request (bufs stay valid until cb). is_head: the answer has no
- * body. stream: NULL to buffer the answer whole (up to --max-response). retry_safe: the request may be sent twice (an idempotent method
+ * body. stream: how the answer comes back (see upstream_stream). retry_safe: the request may be sent twice (an idempotent method
  * without a key): when a reused keep-alive connection turns out closed
  * before any answer byte, it is sent once more on a fresh connection.
  */

@@ -152,6 +152,46 @@ class Replay(GatewayTestCase):
         self.assertEqual(self.up.count("big"), 2)
         self.assertEqual(want, body_bytes("big", 1, size))
 
+    def test_answer_past_max_response_reaches_the_first_client_only(self):
+        # 64 KiB kept at most: a bigger answer still runs once and reaches the
+        # client that asked, whole; retries get a stored 502 that says so
+        gw = self.start_gateway(self.up, "--max-response", "64KiB", admin=True)
+        limit = 64 * 1024
+        for key, size, extra in (("huge-cl", 300000, {}),
+                                 ("huge-chunked", 300001, {"X-Test-Chunked": "1"}),
+                                 ("just-over", limit + 1, {})):
+            h = dict(extra, **{"X-Test-Body-Bytes": str(size), "X-Test-Id": key,
+                               "X-Test-Status": "201"})
+            r1 = gw.request("POST", "/big", body=b"x", key=key, headers=h)
+            self.assertEqual(r1.status, 201, "%s: %r\n%s" % (key, r1, self.gw_log()))
+            self.assertFalse(r1.replayed)
+            self.assertEqual(len(r1.body), size, key)
+            self.assertTrue(r1.body == body_bytes(key, 1, size), "first answer corrupted (%s)" % key)
+            r2 = gw.request("POST", "/big", body=b"x", key=key, headers=h)
+            self.assertProblem(r2, 502, self.gw_log())
+            self.assertTrue(r2.replayed, r2)
+            doc = r2.json()
+            self.assertIn("upstream-response-not-stored", doc["type"])
+            self.assertIn("answered 201", doc["detail"])
+            self.assertEqual(self.up.count(key), 1, key)
+        # at the limit: kept and replayed as usual
+        h = {"X-Test-Body-Bytes": str(limit), "X-Test-Id": "at-limit"}
+        r1 = gw.request("POST", "/big", body=b"x", key="at-limit", headers=h)
+        r2 = gw.request("POST", "/big", body=b"x", key="at-limit", headers=h)
+        self.assertEqual((r1.status, r2.status, r2.replayed), (200, 200, True), self.gw_log())
+        self.assertEqual(r2.body, r1.body)
+        self.assertEqual(self.up.count("at-limit"), 1)
+        # the connection stays usable after a streamed keyed answer
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/big", b"x", key="huge-raw",
+                                 headers={"X-Test-Body-Bytes": "200000", "X-Test-Id": "huge-raw"}))
+            r = c.read_response()
+            self.assertEqual((r.status, len(r.body)), (200, 200000))
+            c.send(request_bytes("GET", "/after", headers={"X-Test-Id": "after"}))
+            self.assertEqual(c.read_response().json()["target"], "/after")
+        text = gw.admin_request("GET", "/metrics").body.decode()
+        self.assertRegex(text, r'(?m)^idem_requests_total\{outcome="executed"\} ([5-9]|\d\d+)$')
+
     def test_204_replays_without_body(self):
         gw = self.start_gateway(self.up)
         with RawConn(gw.port) as c:
