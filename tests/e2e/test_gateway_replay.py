@@ -191,6 +191,19 @@ class Replay(GatewayTestCase):
             self.assertEqual(c.read_response().json()["target"], "/after")
         text = gw.admin_request("GET", "/metrics").body.decode()
         self.assertRegex(text, r'(?m)^idem_requests_total\{outcome="executed"\} ([5-9]|\d\d+)$')
+        # a client that hangs up while a big answer streams: the key is
+        # still settled (the 502 was stored first) and the gateway goes on
+        c = RawConn(gw.port)
+        c.send(request_bytes("POST", "/big", b"x", key="hang-up",
+                             headers={"X-Test-Body-Bytes": "5000000", "X-Test-Id": "hang-up"}))
+        self.assertTrue(c.sock.recv(1024).startswith(b"HTTP/1.1 200"))
+        c.close()
+        r = wait_for(lambda: (lambda r: r if r.status != 409 else None)(
+            gw.request("POST", "/big", body=b"x", key="hang-up")), 30, what="the key settled")
+        self.assertProblem(r, 502, self.gw_log())
+        self.assertTrue(r.replayed)
+        self.assertEqual(self.up.count("hang-up"), 1)
+        self.assertTrue(gw.alive(), self.gw_log())
 
     def test_204_replays_without_body(self):
         gw = self.start_gateway(self.up)
