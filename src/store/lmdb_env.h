@@ -39,6 +39,9 @@ struct lmdb_env {
   lmdb_options opt;
 
   MDB_env *env;
+  /* Held (read) by every transaction of this process, taken (write) to
+   * remap: see lmdb_map_adopt. Writer-preferring, never taken twice. */
+  pthread_rwlock_t map_lock;
   MDB_dbi records; /* scoped key -> encoded record */
   MDB_dbi expiry;  /* 8-byte expires_at -> scoped keys (DUPSORT) */
   MDB_dbi meta;    /* "format" -> magic and version */
@@ -62,6 +65,14 @@ struct lmdb_env {
   _Atomic uint64_t commits, commit_us, ops_written, ops_read, max_batch, swept,
       errors_full, errors_store;
 };
+
+/* lmdb.c: hold the map around each transaction (begin to commit, abort or
+ * reset). When a begin says MDB_MAP_RESIZED (another process grew the map
+ * past this one's), lmdb_map_adopt, called holding it, remaps at the new
+ * size while no transaction of this process is open, and holds it again. */
+void lmdb_map_hold(lmdb_env *e);
+void lmdb_map_release(lmdb_env *e);
+int lmdb_map_adopt(lmdb_env *e);
 
 /* lmdb_writer.c */
 int lmdb_writer_start(lmdb_env *e);

@@ -145,6 +145,18 @@ static int scratch_reserve(lmdb_env *e, size_t len) {
   return 0;
 }
 
+/* Begin a write transaction holding the map (release it after the commit
+ * or abort); adopts a map another process grew. */
+static int write_begin(lmdb_env *e, MDB_txn **txn) {
+  lmdb_map_hold(e);
+  int rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
+    rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc)
+    lmdb_map_release(e);
+  return rc;
+}
+
 /* Apply one operation inside txn. Outcomes that belong to the request (stale
  * fence, corrupt record, not found) go into req->result and return 0; an MDB
  * error that spoils the transaction is returned. */
@@ -216,7 +228,7 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   memset(e->refused, 0, n);
   for (;;) {
     MDB_txn *txn;
-    int rc = mdb_txn_begin(e->env, NULL, 0, &txn);
+    int rc = write_begin(e, &txn);
     size_t i = 0;
     if (rc == 0) {
       int64_t now = idem_now_ms();
@@ -230,6 +242,7 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
       if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL) {
         /* the txn is spoilt: drop the op that did not fit, redo the rest */
         mdb_txn_abort(txn);
+        lmdb_map_release(e);
         e->refused[i] = 1;
         idem_req_fail(reqs[i], lmdb_error(e, rc));
         continue;
@@ -240,6 +253,7 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
         atomic_fetch_add(&e->commit_us, (uint64_t)(mono_us() - t0));
       } else
         mdb_txn_abort(txn);
+      lmdb_map_release(e);
     }
     if (rc) {
       int err = lmdb_error(e, rc);
@@ -264,7 +278,7 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
 
 /* Keep zeroed space past the last used page (see the top); one step per
  * call. Failures (a full disk) only mean commits that grow the file. */
-static void prealloc_step(lmdb_env *e) {
+static void prealloc_held(lmdb_env *e) {
   MDB_envinfo info;
   MDB_stat st;
   mdb_filehandle_t fd;
@@ -291,25 +305,27 @@ static void prealloc_step(lmdb_env *e) {
   mdb_txn_abort(txn);
 }
 
+static void prealloc_step(lmdb_env *e) {
+  lmdb_map_hold(e); /* env info reads the map */
+  prealloc_held(e);
+  lmdb_map_release(e);
+}
+
 /* One retention chunk in its own transaction. Returns 0 or an IDEM_E code. */
 static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
   MDB_txn *txn;
   *deleted = 0;
   *more = 0;
-  int rc = mdb_txn_begin(e->env, NULL, 0, &txn);
+  int rc = write_begin(e, &txn);
   if (rc)
     return lmdb_error(e, rc);
   rc = lmdb_sweep(e, txn, idem_now_ms(), limit, deleted, more);
-  if (rc) {
-    mdb_txn_abort(txn);
-    *deleted = 0;
-    return lmdb_error(e, rc);
-  }
-  if (*deleted == 0) {
+  if (rc || *deleted == 0)
     mdb_txn_abort(txn); /* nothing changed: no need to sync */
-    return 0;
-  }
-  if ((rc = mdb_txn_commit(txn)) != 0) {
+  else
+    rc = mdb_txn_commit(txn);
+  lmdb_map_release(e);
+  if (rc) {
     *deleted = 0;
     return lmdb_error(e, rc);
   }

@@ -60,6 +60,41 @@ class StoreErrors(GatewayTestCase):
         r = gw.request("POST", "/nokey", body=b"x", headers={"X-Test-Id": "full-nokey"})
         self.assertEqual(r.status, 200)
 
+    def test_a_map_grown_by_another_gateway_is_adopted(self):
+        # the cure for a full map is a restart with a larger map_size; in a
+        # rolling restart the gateway still on the old size must follow the
+        # file past its own map instead of failing every request
+        up = self.start_upstream()
+        d = self.tempdir()
+        old = self.start_gateway(up, store="lmdb:%s/store?map_size=1MiB" % d)
+        self.assertEqual(old.request("POST", "/a", body=b"x", key="before").status, 200)
+        new = self.start_gateway(up, store="lmdb:%s/store?map_size=64MiB" % d)
+        errors = []
+
+        def fill(tid):
+            with RawConn(new.port, timeout=30) as c:
+                for n in range(100):  # 16 x 100 answers of 2000 bytes: 3 MiB and more
+                    c.send(request_bytes("POST", "/fill", b"y", key="grow-%d-%d" % (tid, n),
+                                         headers={"X-Test-Body-Bytes": "2000"}))
+                    r = c.read_response()
+                    if r.status != 200:
+                        errors.append(r)
+                        return
+        threads = [threading.Thread(target=fill, args=(t,)) for t in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [], self.gw_log())
+        # the old gateway reads, writes and replays in the grown file
+        r = old.request("POST", "/a", body=b"x", key="after")
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        r = old.request("POST", "/fill", body=b"y", key="grow-15-99")
+        self.assertTrue(r.replayed, "%r\n%s" % (r, self.gw_log()))
+        self.assertEqual(len(r.body), 2000)
+        self.assertTrue(old.request("POST", "/a", body=b"x", key="before").replayed)
+        self.assertEqual(up.count("after"), 1)
+
     def test_full_store_fails_open(self):
         # with --on-store-error open a failed claim passes the request
         # through: the upstream sees it without an Idempotency-Fence
