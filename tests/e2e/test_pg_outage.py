@@ -82,10 +82,15 @@ class PostgresOutage(GatewayTestCase):
             for _, key, status, retry_after in down:
                 self.assertEqual(status, 503, "%s answered %s while down\n%s" % (key, status, self.gw_log()))
                 self.assertTrue(retry_after, "503 without Retry-After for %s" % key)
+            # and a load balancer asking /readyz is told so
+            wait_for(lambda: gw.admin_request("GET", "/readyz").status == 503, 20,
+                     what="/readyz 503 while the store is down")
 
             subprocess.run([os.environ["IDEM_TEST_PG_START"]], check=True, timeout=60)
             t_up = time.monotonic()
             wait_for(lambda: len(load.since(t_up, 200)) >= 20, 30, what="recovery after the restart")
+            wait_for(lambda: gw.admin_request("GET", "/readyz").status == 200, 30,
+                     what="/readyz 200 after the restart")
             t_recovered = min(r[0] for r in load.since(t_up, 200))
         finally:
             load.stop()
