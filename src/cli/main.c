@@ -43,9 +43,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
 
 int cli_open_existing_store(const char *cmd, const char *uri, idem_sync **out) {
   char *errmsg = NULL, *own = NULL;
-  const char *open_uri = uri;
-  if (!strncmp(uri, "lmdb:", 5) && !strstr(uri, "create=")) {
-    if (asprintf(&own, "%s%screate=no", uri, strchr(uri, '?') ? "&" : "?") < 0) {
+  const char *open_uri = uri, *query = strchr(uri, '?');
+  if (!strncmp(uri, "lmdb:", 5) && !(query && strstr(query, "create="))) {
+    if (asprintf(&own, "%s%screate=no", uri, query ? "&" : "?") < 0) {
       fprintf(stderr, "idem %s: out of memory\n", cmd);
       return 1;
     }
