@@ -107,6 +107,11 @@ class KeysAndGc(GatewayTestCase):
             self.assertEqual(code, 1, (cmd, out, err))
             self.assertIn("no store at '%s' (no such directory)" % missing, err)
             self.assertFalse(os.path.exists(missing))
+        # an option is read from the query only: a path may say anything
+        odd = os.path.join(self.dir, "create=yes")
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:" + odd])
+        self.assertEqual(code, 1, err)
+        self.assertFalse(os.path.exists(odd))
         empty = os.path.join(self.dir, "empty")
         os.mkdir(empty)
         code, out, err = run_idem(["keys", "list", "--store", "lmdb:" + empty])
