@@ -215,27 +215,34 @@ static void on_complete(idem_store *st, const idem_result *res, void *arg) {
   answer_upstream(ex, GW_OUT_EXECUTED);
 }
 
+/* Submit op on ex's claimed key (scope, key, fence filled in here), timed
+ * for the latency histogram; a submit the store refuses reaches done at
+ * once with its error. */
+static void submit_claimed(gw_exchange *ex, idem_op *op, idem_cb done) {
+  idem_store *st = ex->w->store;
+  op->scope = ex->scope;
+  op->key = ex->key;
+  op->fence = ex->fence;
+  ex->op_started_ns = uv_hrtime();
+  int rc = st ? idem_store_submit(st, op, done, ex) : IDEM_ESTORE;
+  if (rc) {
+    idem_result res = {0};
+    res.err = rc;
+    done(st, &res, ex);
+  }
+}
+
 static void complete(gw_exchange *ex, int status, const gw_buf *headers,
                      const gw_buf *body, idem_cb done) {
-  idem_store *st = ex->w->store;
   idem_op op = {0};
   op.kind = IDEM_OP_COMPLETE;
-  op.scope = ex->scope;
-  op.key = ex->key;
-  op.fence = ex->fence;
   op.ttl_ms = ex->w->cfg->ttl_ms;
   op.response.status = status;
   op.response.headers = headers->p ? headers->p : "";
   op.response.headers_len = headers->len;
   op.response.body = body->p ? body->p : "";
   op.response.body_len = body->len;
-  ex->op_started_ns = uv_hrtime();
-  int rc = st ? idem_store_submit(st, &op, done, ex) : IDEM_ESTORE;
-  if (rc) {
-    idem_result res = {0};
-    res.err = rc;
-    done(st, &res, ex);
-  }
+  submit_claimed(ex, &op, done);
 }
 
 static void on_release(idem_store *st, const idem_result *res, void *arg) {
@@ -256,20 +263,10 @@ static void on_release(idem_store *st, const idem_result *res, void *arg) {
 }
 
 static void release(gw_exchange *ex, int after) {
-  idem_store *st = ex->w->store;
   idem_op op = {0};
   op.kind = IDEM_OP_RELEASE;
-  op.scope = ex->scope;
-  op.key = ex->key;
-  op.fence = ex->fence;
   ex->after_release = after;
-  ex->op_started_ns = uv_hrtime();
-  int rc = st ? idem_store_submit(st, &op, on_release, ex) : IDEM_ESTORE;
-  if (rc) {
-    idem_result res = {0};
-    res.err = rc;
-    on_release(st, &res, ex);
-  }
+  submit_claimed(ex, &op, on_release);
 }
 
 /* ---- upstream ---- */
