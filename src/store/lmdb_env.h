@@ -60,6 +60,7 @@ struct lmdb_env {
   unsigned char *refused; /* per batch slot: refused with IDEM_EFULL */
   unsigned char *scratch; /* encoded record */
   size_t scratch_cap;
+  uint64_t file_size; /* data.mdb's size when the writer last looked */
 
   /* counters (idem_lmdb_stats), any thread */
   _Atomic uint64_t commits, commit_us, ops_written, ops_read, max_batch, swept,

@@ -277,30 +277,39 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
 }
 
 /* Keep zeroed space past the last used page (see the top); one step per
- * call. Failures (a full disk) only mean commits that grow the file. */
+ * call. Failures (a full disk) only mean commits that grow the file.
+ *
+ * The check after each commit uses the size this thread last saw, not an
+ * fstat: on Linux 6.13+ (multigrain timestamps) a stat makes the next write
+ * stamp the file with a fine-grained mtime, so every commit's fdatasync
+ * would also write the inode (measured: one inode write per commit). A
+ * size grown meanwhile by another process only costs a needless look. */
 static void prealloc_held(lmdb_env *e) {
   MDB_envinfo info;
   MDB_stat st;
   mdb_filehandle_t fd;
   struct stat fst;
-  if (mdb_env_info(e->env, &info) || mdb_env_stat(e->env, &st) || mdb_env_get_fd(e->env, &fd) ||
-      fstat(fd, &fst))
+  if (mdb_env_info(e->env, &info) || mdb_env_stat(e->env, &st) || mdb_env_get_fd(e->env, &fd))
     return;
-  uint64_t used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize, size = (uint64_t)fst.st_size;
-  if (size >= used + PREALLOC_AHEAD || size + PREALLOC_STEP > e->opt.map_size)
+  uint64_t used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+  if (e->file_size >= used + PREALLOC_AHEAD || e->file_size + PREALLOC_STEP > e->opt.map_size)
     return;
   MDB_txn *txn; /* the writer lock: no other process appends pages meanwhile */
   if (mdb_txn_begin(e->env, NULL, 0, &txn))
     return;
   if (mdb_env_info(e->env, &info) == 0 && fstat(fd, &fst) == 0) {
     used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
-    size = (uint64_t)fst.st_size;
+    uint64_t size = (uint64_t)fst.st_size, off;
     if (size < used)
       size = used;
-    static const char zeros[65536];
-    for (uint64_t off = size; off < size + PREALLOC_STEP; off += sizeof zeros)
-      if (pwrite(fd, zeros, sizeof zeros, (off_t)off) != (ssize_t)sizeof zeros)
-        break;
+    e->file_size = size;
+    if (size < used + PREALLOC_AHEAD && size + PREALLOC_STEP <= e->opt.map_size) {
+      static const char zeros[65536];
+      for (off = size; off < size + PREALLOC_STEP; off += sizeof zeros)
+        if (pwrite(fd, zeros, sizeof zeros, (off_t)off) != (ssize_t)sizeof zeros)
+          break;
+      e->file_size = off;
+    }
   }
   mdb_txn_abort(txn);
 }
@@ -357,6 +366,7 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
 
 static void *writer_main(void *arg) {
   lmdb_env *e = arg;
+  pthread_setname_np(pthread_self(), "idem-lmdb-write"); /* 15 chars at most */
   int64_t interval = e->opt.sweep_interval_ms;
   int64_t next_sweep = mono_ms() + interval;
   int sweeping = 0;

@@ -343,6 +343,39 @@ static void concurrent_writes_share_commits(void **state) {
   assert_int_equal(st.max_batch, 1);
 }
 
+/* The writer keeps zeroed space past the last page (lmdb_writer.c) without
+ * an fstat after every commit: on Linux 6.13+ a stat makes the next write
+ * stamp a fine-grained mtime, and every fdatasync then writes the inode too.
+ * This binary interposes fstat and counts the writer thread's calls. */
+static atomic_int writer_fstats;
+
+int fstat(int fd, struct stat *st) {
+  static int (*real)(int, struct stat *);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "fstat");
+  char name[16] = "";
+  if (pthread_getname_np(pthread_self(), name, sizeof name) == 0 &&
+      strcmp(name, "idem-lmdb-write") == 0)
+    atomic_fetch_add(&writer_fstats, 1);
+  return real(fd, st);
+}
+
+static void zeroed_space_ahead_without_a_stat_per_commit(void **state) {
+  (void)state;
+  char p[300], data[340];
+  fresh_path(p, sizeof p);
+  atomic_store(&writer_fstats, 0);
+  idem_lmdb_stats st;
+  run_burst(uri_of(p, "batch=1"), 32, "z", &st);
+  assert_int_equal(st.commits, 64);
+  /* 4 MiB ahead, 1 MiB a step, one look per step (and one more at most) */
+  assert_in_range(atomic_load(&writer_fstats), 1, 6);
+  snprintf(data, sizeof data, "%s/data.mdb", p);
+  struct stat fst;
+  assert_int_equal(stat(data, &fst), 0);
+  assert_true(fst.st_size >= 4 << 20);
+}
+
 static void replays_do_not_go_through_the_writer(void **state) {
   (void)state;
   char p[300];
@@ -780,6 +813,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(foreign_files_are_not_stores),
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(concurrent_writes_share_commits),
+      cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
       cmocka_unit_test(full_map_refuses_per_request),
       cmocka_unit_test(gc_deletes_expired_records_in_bounded_passes),
