@@ -22,7 +22,7 @@
 #
 # usage: bench/gateway_bench.sh [--idem PATH] [--duration 10s] [--threads 2]
 #                               [--connections 64] [--out bench/results/gateway.md]
-#                               [--sweep 128,256,512] [--sweep-rounds 3]
+#                               [--sweep 128,256,512,1024] [--sweep-rounds 5]
 #                               [--sweep-duration 5s]
 # Needs nginx, wrk, python3. Everything it starts is stopped by PID on exit.
 set -euo pipefail
@@ -37,8 +37,8 @@ THREADS=2
 CONNS=64
 OUT=$HERE/results/gateway.md
 REPLAY_KEYS=1000
-SWEEP=128,256,512
-SWEEP_ROUNDS=3
+SWEEP=128,256,512,1024
+SWEEP_ROUNDS=5
 SWEEP_DURATION=5s
 CMDLINE="bench/gateway_bench.sh $*"
 
@@ -72,15 +72,15 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 start_nginx_pair
 
 start_idem idem-memory memory:bench --admin
-MEM_PORT=$PORT MEM_ADMIN=$ADMIN
+MEM_PORT=$PORT MEM_ADMIN=$ADMIN MEM_PID=${PIDS[-1]}
 mkdir -p "$TMP/lmdb"
 start_idem idem-lmdb "lmdb:$TMP/lmdb/store" --admin
-LMDB_PORT=$PORT LMDB_ADMIN=$ADMIN
+LMDB_PORT=$PORT LMDB_ADMIN=$ADMIN LMDB_PID=${PIDS[-1]}
 SHM_PORT=
 if [ "$(df -T /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 }')" = tmpfs ]; then
   EXTRA_TMP=$(mktemp -d /dev/shm/idem-gwbench.XXXXXX)
   start_idem idem-lmdb-tmpfs "lmdb:$EXTRA_TMP/store" --admin
-  SHM_PORT=$PORT SHM_ADMIN=$ADMIN
+  SHM_PORT=$PORT SHM_ADMIN=$ADMIN SHM_PID=${PIDS[-1]}
 fi
 
 # the disk's flush latency: a 4 KiB write + fdatasync in a loop for 3s, on
@@ -128,20 +128,74 @@ populate "$MEM_PORT"
 populate "$LMDB_PORT"
 if [ -n "$SHM_PORT" ]; then populate "$SHM_PORT"; fi
 
+# cpu_ticks PID: "process writer idle all" in clock ticks: the CPU time of
+# PID and its child processes (nginx's workers), of its thread named
+# idem-lmdb-write (the LMDB writer, else 0), and the machine's idle and total
+cpu_ticks() {
+  python3 - "$1" <<'EOF'
+import os, sys
+pid = sys.argv[1]
+def ticks(path):
+    f = open(path).read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])  # utime, stime
+procs = [pid] + [p for p in os.listdir("/proc") if p.isdigit() and
+                 open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1] == pid]
+total = sum(ticks("/proc/%s/stat" % p) for p in procs)
+writer = sum(ticks("/proc/%s/task/%s/stat" % (pid, t)) for t in os.listdir("/proc/%s/task" % pid)
+             if open("/proc/%s/task/%s/comm" % (pid, t)).read().strip() == "idem-lmdb-write")
+cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+print(total, writer, cpu[3] + cpu[4], sum(cpu[:8]))
+EOF
+}
+
+# cpu_per_request BEFORE AFTER REQUESTS: "process-us writer-us idle%"
+cpu_per_request() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import os, sys
+a, b, n = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()], float(sys.argv[3])
+tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+print("%.1f %.1f %.0f" % ((b[0] - a[0]) * tick_us / n, (b[1] - a[1]) * tick_us / n,
+                          100 * (b[2] - a[2]) / max(b[3] - a[3], 1)))
+EOF
+}
+
+# the process behind each target, for the CPU columns
+target_pid() {
+  case $1 in
+    upstream) echo "${PIDS[0]}" ;;
+    nginx-proxy) echo "${PIDS[1]}" ;;
+    idem-memory) echo "$MEM_PID" ;;
+    idem-lmdb) echo "$LMDB_PID" ;;
+    idem-lmdb-tmpfs) echo "$SHM_PID" ;;
+  esac
+}
+
+# measured TARGET PORT MODE: one wrk run with the target's CPU around it;
+# sets WRK_RESULT and CPU_RESULT ("process-us writer-us idle%" per request)
+measured() {
+  local pid c0 c1
+  pid=$(target_pid "$1")
+  c0=$(cpu_ticks "$pid")
+  wrk_run "$1" "$2" "$3"
+  c1=$(cpu_ticks "$pid")
+  set -- $WRK_RESULT
+  CPU_RESULT=$(cpu_per_request "$c0" "$c1" "$6")
+}
+
 RESULTS=$TMP/results.txt
 : >"$RESULTS"
 run() { # run TARGET PORT MODE [ADMIN-PORT]
   local before="0 0 0 0 0 0" after="0 0 0 0 0 0"
   [ -n "${4:-}" ] && before=$(outcomes "$4")
-  wrk_run "$1" "$2" "$3"
+  measured "$1" "$2" "$3"
   local delta="- - - - - -"
   if [ -n "${4:-}" ]; then
     after=$(outcomes "$4")
     delta=$(python3 -c 'import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(" ".join("%g" % round(float(y)-float(x), 6) for x,y in zip(a,b)))' "$before" "$after")
   fi
-  echo "$1 $3 $WRK_RESULT $delta" | tee -a "$RESULTS"
+  echo "$1 $3 $WRK_RESULT $delta $CPU_RESULT" | tee -a "$RESULTS"
 }
-echo "target mode req/s p50_ms p99_ms non2xx sockerr requests executed replayed other"
+echo "target mode req/s p50_ms p99_ms non2xx sockerr requests executed replayed other commits ops commit_s cpu_us writer_us idle%"
 for mode in unique replay; do
   run upstream "$UP_PORT" "$mode"
   run nginx-proxy "$PX_PORT" "$mode"
@@ -154,7 +208,7 @@ done
 SWEEP_RESULTS=$TMP/sweep.txt
 : >"$SWEEP_RESULTS"
 if [ -n "$SWEEP" ]; then
-  echo "connections round target req/s p50_ms p99_ms non2xx sockerr requests"
+  echo "connections round target req/s p50_ms p99_ms non2xx sockerr requests cpu_us writer_us idle%"
   main_conns=$CONNS main_duration=$DURATION
   CONNS_LIST=$(echo "$SWEEP" | tr ',' ' ')
   DURATION=$SWEEP_DURATION
@@ -164,8 +218,8 @@ if [ -n "$SWEEP" ]; then
       for t in nginx-proxy idem-lmdb; do
         port=$PX_PORT
         [ "$t" = idem-lmdb ] && port=$LMDB_PORT
-        wrk_run "$t" "$port" unique
-        echo "$c $r $t $WRK_RESULT" | tee -a "$SWEEP_RESULTS"
+        measured "$t" "$port" unique
+        echo "$c $r $t $WRK_RESULT $CPU_RESULT" | tee -a "$SWEEP_RESULTS"
       done
     done
   done
@@ -216,12 +270,22 @@ L.append("Upstream: nginx (`worker_processes auto`, one per core) returning a fi
          "unique: a fresh `Idempotency-Key` per request (claim, forward, store). "
          "replay: keys from a set of 1000 completed before the run (answered from the store). "
          "The upstream and nginx-proxy ignore the key, so their two rows measure the same work. "
+         "CPU µs per request: the CPU time (user + system, from /proc) of the target's processes "
+         "(nginx's master and workers; idem's process, and in parentheses its LMDB writer thread) "
+         "over the run, divided by the requests wrk completed; machine idle: the share of both "
+         "CPUs left idle during the run. "
          "The last column is the change of idem's `idem_requests_total` by outcome over the run, "
          "read from its admin listener (it also counts requests wrk cut off at the end).\n")
+def cpu_cell(c):  # "process-us writer-us idle%" -> "57.8 (writer 13.1)"
+    if len(c) < 3:
+        return "-"
+    return c[0] + (" (writer %s)" % c[1] if float(c[1]) > 0 else "")
+def idle_cell(c):
+    return "%s%%" % c[2] if len(c) >= 3 else "-"
 for mode in ("unique", "replay"):
     L.append("## %s keys\n" % mode)
-    L.append("| target | req/s | p50 ms | p99 ms | non-2xx | socket errors | vs nginx-proxy req/s | idem executed / replayed / other |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| target | req/s | p50 ms | p99 ms | non-2xx | socket errors | vs nginx-proxy req/s | CPU µs per request | machine idle | idem executed / replayed / other |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = float(data[("nginx-proxy", mode)][2]) if ("nginx-proxy", mode) in data else None
     for t in ("upstream", "nginx-proxy", "idem-memory", "idem-lmdb", "idem-lmdb-tmpfs"):
         r = data.get((t, mode))
@@ -230,7 +294,8 @@ for mode in ("unique", "replay"):
         rps = float(r[2])
         ratio = "%.2fx" % (rps / base) if base else "-"
         outc = " / ".join(r[8:11]) if len(r) > 10 and r[8] != "-" else "-"
-        L.append("| %s | %.0f | %.2f | %.2f | %s | %s | %s | %s |" % (t, rps, float(r[3]), float(r[4]), r[5], r[6], ratio, outc))
+        L.append("| %s | %.0f | %.2f | %.2f | %s | %s | %s | %s | %s | %s |" % (
+            t, rps, float(r[3]), float(r[4]), r[5], r[6], ratio, cpu_cell(r[14:17]), idle_cell(r[14:17]), outc))
     L.append("")
 L.append("idem-lmdb-tmpfs is a diagnostic, not a way to run: the same LMDB store in a tmpfs "
          "directory, where fsync returns at once, so nothing it acknowledges would survive a power cut.\n")
@@ -270,19 +335,39 @@ if sweep:
     L.append("## Unique keys at more connections\n")
     L.append("nginx-proxy and idem-lmdb alternating, %s per run; the ratio is taken within each "
              "round (the two runs back to back), and the table gives medians.\n" % sweep_dur)
-    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | idem-lmdb p50 ms | idem-lmdb p99 ms | idem-lmdb / nginx-proxy (per round) |")
-    L.append("| ---: | ---: | ---: | ---: | ---: | --- |")
+    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | idem-lmdb p50 ms | idem-lmdb p99 ms | CPU µs per request, nginx-proxy / idem-lmdb (writer) | machine idle, nginx-proxy / idem-lmdb | idem-lmdb / nginx-proxy (per round) |")
+    L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for c in sorted({int(r[0]) for r in sweep}):
         rows = [r for r in sweep if int(r[0]) == c]
         px_r = {r[1]: float(r[3]) for r in rows if r[2] == "nginx-proxy"}
         lm = {r[1]: r for r in rows if r[2] == "idem-lmdb"}
         ratios = [float(lm[k][3]) / px_r[k] for k in px_r if k in lm and px_r[k] > 0]
         med = lambda xs: statistics.median(xs) if xs else 0
-        L.append("| %d | %.0f | %.0f | %.2f | %.2f | **%.2fx** (%s) |" % (
+        pxrows = [r for r in rows if r[2] == "nginx-proxy"]
+        col = lambda rs, i: med([float(r[i]) for r in rs if len(r) > i])
+        L.append("| %d | %.0f | %.0f | %.2f | %.2f | %.1f / %.1f (%.1f) | %.0f%% / %.0f%% | **%.2fx** (%s) |" % (
             c, med(list(px_r.values())), med([float(r[3]) for r in lm.values()]),
             med([float(r[4]) for r in lm.values()]), med([float(r[5]) for r in lm.values()]),
+            col(pxrows, 9), col(lm.values(), 9), col(lm.values(), 10),
+            col(pxrows, 11), col(lm.values(), 11),
             med(ratios), ", ".join("%.2f" % x for x in ratios)))
     L.append("")
+    top = max(int(r[0]) for r in sweep)
+    rows = [r for r in sweep if int(r[0]) == top and len(r) > 11]
+    lm = [r for r in rows if r[2] == "idem-lmdb"]
+    pxr = [r for r in rows if r[2] == "nginx-proxy"]
+    mem = data.get(("idem-memory", "unique"))
+    if lm and pxr and mem and len(mem) > 16:
+        med = statistics.median
+        L.append("Where the CPU goes: at %d connections the machine was %.0f%% idle during idem-lmdb's "
+                 "runs (%.0f%% during nginx-proxy's), so throughput there depends mostly on the CPU every "
+                 "request costs on the two shared CPUs (wrk, the upstream and the proxy). idem-lmdb "
+                 "spent %.1f µs per request, %.1f of them in its LMDB writer thread (the B-tree work, "
+                 "copying the dirty pages into the page cache and submitting them to the disk); "
+                 "nginx-proxy spent %.1f µs, and idem-memory %s µs in the 64-connection run above.\n" % (
+                     top, med(float(r[11]) for r in lm), med(float(r[11]) for r in pxr),
+                     med(float(r[9]) for r in lm), med(float(r[10]) for r in lm),
+                     med(float(r[9]) for r in pxr), mem[14]))
 L.append("All servers and wrk share the same %d CPUs; on a shared machine the figures move "
          "with the neighbours' load, so compare rows of one run, not runs.\n" % os.cpu_count())
 open(out, "w").write("\n".join(L))
