@@ -24,6 +24,8 @@
  * written zeros past the last used page, a PREALLOC_STEP at a time, inside a
  * write transaction (which holds LMDB's writer lock against other processes
  * that might be appending pages). LMDB ignores what lies past its last page.
+ * The writer does not stat the file to decide (see prealloc_held): a stat
+ * would make every commit's fdatasync write the inode as well.
  *
  * A full map (MDB_MAP_FULL) fails the transaction as a whole; the writer
  * aborts it, refuses the operation that did not fit with IDEM_EFULL and
