@@ -27,7 +27,14 @@
  *
  * Commands are answered in order on one connection, so the oldest command
  * in flight always has the nearest deadline: one timer watches it.
+ *
+ * CONNECTING starts with the host name's resolution on libuv's thread pool
+ * (uv_getaddrinfo): hiredis would call getaddrinfo on the loop thread, and a
+ * slow DNS server during an outage would then stall every request of that
+ * loop, replays and pass-through included. hiredis gets the numeric address.
  */
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +73,8 @@ typedef struct {
   uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
+  unsigned attempt;      /* connection attempts so far: a late resolution is stale */
+  int resolves_open;     /* uv_getaddrinfo requests not yet called back */
   idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
   cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
   size_t held;                     /* reqs not yet finished */
@@ -874,17 +883,88 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   }
 }
 
+/* One resolution of the host name, on the thread pool. */
+typedef struct {
+  uv_getaddrinfo_t req;
+  rstore *rs;
+  unsigned attempt;
+} resolution;
+
+static void connect_to(rstore *rs, const struct addrinfo *addrs);
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
+  resolution *r = req->data;
+  rstore *rs = r->rs;
+  rs->resolves_open--;
+  if (r->attempt != rs->attempt || rs->state != R_CONNECTING || rs->ac) {
+    /* timed out or closed meanwhile: this attempt is over */
+  } else if (rs->closing && !rs->wait_head) {
+    rs->state = R_DOWN; /* nothing waits for this connection */
+    uv_timer_stop(&rs->conn_timer);
+  } else if (status < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(status));
+    conn_drop(rs, why);
+  } else {
+    connect_to(rs, addrs);
+  }
+  uv_freeaddrinfo(addrs);
+  free(r);
+  maybe_teardown(rs);
+}
+
+/* DOWN -> CONNECTING: resolve the host (see the top), then connect_to. */
 static void conn_start(rstore *rs) {
   uv_update_time(rs->loop); /* the connect timeout counts from now */
-  redisAsyncContext *ac = redisAsyncConnect(rs->uri.host, rs->uri.port);
-  if (ac == NULL) {
+  rs->attempt++;
+  rs->state = R_CONNECTING;
+  uv_timer_start(&rs->conn_timer, on_connect_timeout, (uint64_t)rs->uri.connect_timeout_ms, 0);
+  resolution *r = calloc(1, sizeof *r);
+  if (r == NULL) {
     conn_drop(rs, "out of memory");
     return;
   }
-  if (ac->err) {
-    char why[128];
-    snprintf(why, sizeof why, "cannot connect: %.100s", ac->errstr);
-    redisAsyncFree(ac);
+  r->rs = rs;
+  r->attempt = rs->attempt;
+  r->req.data = r;
+  char port[8];
+  snprintf(port, sizeof port, "%d", rs->uri.port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  int rc = uv_getaddrinfo(rs->loop, &r->req, on_resolved, rs->uri.host, port, &hints);
+  if (rc < 0) {
+    free(r);
+    char why[160];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(rc));
+    conn_drop(rs, why);
+    return;
+  }
+  rs->resolves_open++;
+}
+
+/* Connect to the first address that takes a connect, as hiredis would. */
+static void connect_to(rstore *rs, const struct addrinfo *addrs) {
+  redisAsyncContext *ac = NULL;
+  char why[160] = "no address";
+  for (const struct addrinfo *a = addrs; a && !ac; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = "";
+    if (a->ai_family == AF_INET)
+      uv_ip4_name((const struct sockaddr_in *)a->ai_addr, ip, sizeof ip);
+    else if (a->ai_family == AF_INET6)
+      uv_ip6_name((const struct sockaddr_in6 *)a->ai_addr, ip, sizeof ip);
+    else
+      continue;
+    ac = redisAsyncConnect(ip, rs->uri.port);
+    if (ac == NULL) {
+      conn_drop(rs, "out of memory");
+      return;
+    }
+    if (ac->err) {
+      snprintf(why, sizeof why, "cannot connect: %.100s", ac->errstr);
+      redisAsyncFree(ac);
+      ac = NULL;
+    }
+  }
+  if (ac == NULL) {
     conn_drop(rs, why);
     return;
   }
@@ -895,10 +975,8 @@ static void conn_start(rstore *rs) {
   }
   ac->data = rs;
   rs->ac = ac;
-  rs->state = R_CONNECTING;
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
-  uv_timer_start(&rs->conn_timer, on_connect_timeout, (uint64_t)rs->uri.connect_timeout_ms, 0);
 
   /* Pipelined behind the connect; the last reply makes the connection UP. */
   rs->handshake_left = 0;
@@ -936,7 +1014,7 @@ static void on_timer_closed(uv_handle_t *h) {
 /* Closing finishes once no req is held: in-flight commands are answered
  * (or time out) first, so an acknowledged completion is never cut off. */
 static void maybe_teardown(rstore *rs) {
-  if (!rs->closing || rs->held > 0 || rs->timers_open == 0 ||
+  if (!rs->closing || rs->held > 0 || rs->resolves_open > 0 || rs->timers_open == 0 ||
       uv_is_closing((uv_handle_t *)&rs->conn_timer))
     return;
   redisAsyncContext *ac = rs->ac;

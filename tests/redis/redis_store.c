@@ -7,8 +7,12 @@
  * answering, a port where nothing listens, and LIST order and resumption
  * over released records. Waits are conditions with deadlines.
  */
+#include <dlfcn.h>
+#include <netdb.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +285,72 @@ static void nothing_listening_fails_fast(void **state) {
   assert_true(idem_now_ms() - t0 < 2000);
 }
 
+/* ---- host names --------------------------------------------------------
+ * This binary interposes getaddrinfo: while a test watches, a lookup of
+ * "localhost" takes 300 ms (a slow DNS server) and is counted, with the
+ * thread it ran on; "idem-test-unresolvable" fails at once. */
+static atomic_int dns_watching, dns_lookups, dns_lookups_on_loop;
+static pthread_t dns_loop_thread;
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res) {
+  static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
+  if (atomic_load(&dns_watching) && node) {
+    if (strcmp(node, "idem-test-unresolvable") == 0)
+      return EAI_NONAME;
+    if (strcmp(node, "localhost") == 0) {
+      atomic_fetch_add(&dns_lookups, 1);
+      if (pthread_equal(pthread_self(), dns_loop_thread))
+        atomic_fetch_add(&dns_lookups_on_loop, 1);
+      usleep(300 * 1000);
+    }
+  }
+  return real(node, service, hints, res);
+}
+
+/* A slow DNS server must not stall the loop (every request on it, replays
+ * and pass-through included): the name is resolved on the thread pool, and
+ * what is submitted meanwhile waits for the connection. */
+static void host_name_is_resolved_off_the_loop(void **state) {
+  (void)state;
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://localhost:%d", where.port);
+  dns_loop_thread = pthread_self();
+  atomic_store(&dns_lookups, 0);
+  atomic_store(&dns_lookups_on_loop, 0);
+  atomic_store(&dns_watching, 1);
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri, &store, NULL), 0);
+  int done = 0, ok = 0, lost = 0;
+  tally t = {&done, &ok, &lost};
+  idem_op op = claim_op("", key_of("by-name"), 60000, TTL_LONG_MS);
+  assert_int_equal(idem_store_submit(store, &op, cb, &t), 0);
+  while (!done)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(ok, 1);
+  assert_true(atomic_load(&dns_lookups) >= 1);
+  assert_int_equal(atomic_load(&dns_lookups_on_loop), 0);
+  int closed = 0;
+  idem_store_close(store, closed_cb, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(uv_loop_close(&loop), 0);
+
+  /* a name that does not resolve: a store error per operation, not a hang */
+  idem_sync *db = open_uri("redis://idem-test-unresolvable:6379?connect_timeout=5s");
+  idem_result res;
+  int64_t t0 = idem_now_ms();
+  assert_int_equal(run(db, claim_op("", key_of("nowhere"), 60000, TTL_LONG_MS), &res),
+                   IDEM_ESTORE);
+  assert_true(idem_now_ms() - t0 < 2000); /* failed at once, not at the connect timeout */
+  idem_sync_close(db);
+  atomic_store(&dns_watching, 0);
+}
+
 static void killed_connection_fails_in_flight_then_recovers(void **state) {
   (void)state;
   uv_loop_t loop;
@@ -537,6 +607,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(prefix_option_names_the_keys),
       cmocka_unit_test(flushed_script_cache_is_reloaded),
       cmocka_unit_test(nothing_listening_fails_fast),
+      cmocka_unit_test(host_name_is_resolved_off_the_loop),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),
       cmocka_unit_test(server_that_stops_answering_times_out),
       cmocka_unit_test(idle_blocking_caller_does_not_time_out),
