@@ -30,8 +30,14 @@
  *
  * Opening connects once, blocking, to check the schema (IDEM_ESCHEMA with a
  * sentence telling to run `idem migrate`, or migrate=1 to migrate on open);
- * every later (re)connection is asynchronous and checks it again.
+ * every later (re)connection is asynchronous and checks it again. libpq
+ * looks a host name up inside PQconnectStart, on the calling thread: a slow
+ * DNS server would stall the loop and every request on it. So a connection
+ * to one host given by name starts with uv_getaddrinfo on the thread pool,
+ * and libpq gets the address as hostaddr (host stays for TLS and .pgpass).
  */
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +77,7 @@ typedef struct {
   batch *head, *tail; /* sent, waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
+  unsigned attempt;   /* connection attempts so far: a late lookup is stale */
 } pg_conn_t;
 
 typedef struct {
@@ -90,6 +97,8 @@ struct pg_store {
   int closing; /* 1: closing, 2: freed */
   int handles; /* libuv handles not yet closed */
   char *last_error;
+  char *lookup_host; /* the host name to look up before connecting, or NULL */
+  int lookups;       /* uv_getaddrinfo requests not yet called back */
 };
 
 static void conn_fail(pg_conn_t *c, const char *why);
@@ -164,11 +173,12 @@ static void maybe_closed(pg_store *st) {
     uv_close((uv_handle_t *)&st->prepare, on_handle_closed);
     return;
   }
-  if (st->handles > 0)
+  if (st->handles > 0 || st->lookups > 0)
     return;
   st->closing = 2;
   idem_store *store = st->store;
   free(st->uri.conninfo);
+  free(st->lookup_host);
   free(st->last_error);
   free(st->conns);
   free(st);
@@ -355,15 +365,99 @@ static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
   }
 }
 
-static void conn_start(pg_conn_t *c) {
-  c->pg = PQconnectStart(c->st->uri.conninfo);
-  c->state = C_CONNECTING;
+/* Start libpq's connection, at hostaddr when the name was looked up. */
+static void conn_connect(pg_conn_t *c, const char *hostaddr) {
+  if (hostaddr) {
+    /* later keywords override what the expanded URI (dbname) sets */
+    const char *const keys[] = {"dbname", "hostaddr", NULL};
+    const char *const values[] = {c->st->uri.conninfo, hostaddr, NULL};
+    c->pg = PQconnectStartParams(keys, values, 1);
+  } else {
+    c->pg = PQconnectStart(c->st->uri.conninfo);
+  }
   if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
     conn_fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
     return;
   }
-  watchdog(c, 1); /* bounds the whole connection attempt */
   connect_step(c, PGRES_POLLING_WRITING);
+}
+
+typedef struct {
+  uv_getaddrinfo_t req;
+  pg_conn_t *c;
+  unsigned attempt;
+} lookup;
+
+static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
+  lookup *l = req->data;
+  pg_conn_t *c = l->c;
+  pg_store *st = c->st;
+  st->lookups--;
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (status == 0 && addrs && addrs->ai_family == AF_INET)
+    uv_ip4_name((const struct sockaddr_in *)addrs->ai_addr, ip, sizeof ip);
+  else if (status == 0 && addrs && addrs->ai_family == AF_INET6)
+    uv_ip6_name((const struct sockaddr_in6 *)addrs->ai_addr, ip, sizeof ip);
+  uv_freeaddrinfo(addrs);
+  int current = l->attempt == c->attempt && c->state == C_CONNECTING && !c->pg;
+  free(l);
+  if (current && ip[0]) {
+    conn_connect(c, ip);
+  } else if (current) {
+    char why[200];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host,
+             status ? uv_strerror(status) : "no address");
+    conn_fail(c, why);
+  }
+  maybe_closed(st); /* a close may have been waiting for this lookup */
+}
+
+static void conn_start(pg_conn_t *c) {
+  pg_store *st = c->st;
+  c->state = C_CONNECTING;
+  c->attempt++;
+  watchdog(c, 1); /* bounds the whole connection attempt, lookup included */
+  if (!st->lookup_host) {
+    conn_connect(c, NULL);
+    return;
+  }
+  lookup *l = calloc(1, sizeof *l);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  int rc = l ? uv_getaddrinfo(st->store->loop, &l->req, on_lookup, st->lookup_host, NULL, &hints)
+             : UV_ENOMEM;
+  if (rc < 0) {
+    free(l);
+    char why[200];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host, uv_strerror(rc));
+    conn_fail(c, why);
+    return;
+  }
+  l->req.data = l;
+  l->c = c;
+  l->attempt = c->attempt;
+  st->lookups++;
+}
+
+/* The host name reconnections look up themselves (see the top): NULL when
+ * the URI gives an address, a socket directory, hostaddr or several hosts
+ * (then libpq looks them up). */
+static char *lookup_name(const char *conninfo) {
+  PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+  const char *host = NULL;
+  int has_addr = 0;
+  for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+    if (!strcmp(o->keyword, "host") && o->val && o->val[0])
+      host = o->val;
+    else if (!strcmp(o->keyword, "hostaddr") && o->val && o->val[0])
+      has_addr = 1;
+  }
+  unsigned char buf[sizeof(struct in6_addr)];
+  char *name = NULL;
+  if (host && !has_addr && host[0] != '/' && host[0] != '@' && !strchr(host, ',') &&
+      inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1)
+    name = strdup(host);
+  PQconninfoFree(opts);
+  return name;
 }
 
 /* ---- results ----------------------------------------------------------- */
@@ -654,6 +748,7 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
   }
   st->store = store;
   st->uri = u;
+  st->lookup_host = lookup_name(u.conninfo);
   st->nconns = u.pool;
   st->conns = conns;
   store->impl = st;

@@ -27,6 +27,11 @@ endforeach()
 
 # tests/unit/test_pg_*.c need a server: they run themselves again under
 # with-postgres.sh when IDEM_TEST_PG_URI is unset.
+# test_pg_store checks reconnections look host names up off the loop
+if(TARGET test_pg_store)
+  target_sources(test_pg_store PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/support/slow_dns.c)
+  target_include_directories(test_pg_store PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+endif()
 foreach(t test_pg_store test_pg_mirror)
   if(TARGET ${t})
     target_compile_definitions(${t} PRIVATE IDEM_TEST_SUPPORT="${SUPPORT}")

@@ -3,8 +3,9 @@
 
 # What the contract cannot show: the layout in Redis, AUTH and SELECT, the
 # script cache flushed, a killed connection, a paused server, LIST paging.
-add_executable(redis_store ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_store.c)
-target_include_directories(redis_store PRIVATE ${PROJECT_SOURCE_DIR}/src)
+add_executable(redis_store ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_store.c
+                           ${CMAKE_CURRENT_SOURCE_DIR}/support/slow_dns.c)
+target_include_directories(redis_store PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(redis_store PRIVATE idem_static PkgConfig::CMOCKA)
 add_test(NAME redis.store COMMAND ${SUPPORT}/with-redis.sh $<TARGET_FILE:redis_store> "{REDIS_URI}")
 set_tests_properties(redis.store PROPERTIES TIMEOUT 300 LABELS contract)

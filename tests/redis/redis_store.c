@@ -7,12 +7,9 @@
  * answering, a port where nothing listens, and LIST order and resumption
  * over released records. Waits are conditions with deadlines.
  */
-#include <dlfcn.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +23,7 @@
 
 #include "idem/idem.h"
 #include "store/redis.h"
+#include "support/slow_dns.h"
 
 #define DEADLINE_MS 10000
 #define TTL_LONG_MS (3600 * 1000)
@@ -285,42 +283,16 @@ static void nothing_listening_fails_fast(void **state) {
   assert_true(idem_now_ms() - t0 < 2000);
 }
 
-/* ---- host names --------------------------------------------------------
- * This binary interposes getaddrinfo: while a test watches, a lookup of
- * "localhost" takes 300 ms (a slow DNS server) and is counted, with the
- * thread it ran on; "idem-test-unresolvable" fails at once. */
-static atomic_int dns_watching, dns_lookups, dns_lookups_on_loop;
-static pthread_t dns_loop_thread;
+/* ---- host names -------------------------------------------------------- */
 
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res) {
-  static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-  if (!real)
-    *(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
-  if (atomic_load(&dns_watching) && node) {
-    if (strcmp(node, "idem-test-unresolvable") == 0)
-      return EAI_NONAME;
-    if (strcmp(node, "localhost") == 0) {
-      atomic_fetch_add(&dns_lookups, 1);
-      if (pthread_equal(pthread_self(), dns_loop_thread))
-        atomic_fetch_add(&dns_lookups_on_loop, 1);
-      usleep(300 * 1000);
-    }
-  }
-  return real(node, service, hints, res);
-}
-
-/* A slow DNS server must not stall the loop (every request on it, replays
+/* A slow DNS server (support/slow_dns.c) must not stall the loop (every request on it, replays
  * and pass-through included): the name is resolved on the thread pool, and
  * what is submitted meanwhile waits for the connection. */
 static void host_name_is_resolved_off_the_loop(void **state) {
   (void)state;
   char uri[128];
   snprintf(uri, sizeof uri, "redis://localhost:%d", where.port);
-  dns_loop_thread = pthread_self();
-  atomic_store(&dns_lookups, 0);
-  atomic_store(&dns_lookups_on_loop, 0);
-  atomic_store(&dns_watching, 1);
+  slow_dns_watch(pthread_self());
   uv_loop_t loop;
   assert_int_equal(uv_loop_init(&loop), 0);
   idem_store *store;
@@ -332,8 +304,8 @@ static void host_name_is_resolved_off_the_loop(void **state) {
   while (!done)
     uv_run(&loop, UV_RUN_ONCE);
   assert_int_equal(ok, 1);
-  assert_true(atomic_load(&dns_lookups) >= 1);
-  assert_int_equal(atomic_load(&dns_lookups_on_loop), 0);
+  assert_true(slow_dns_lookups() >= 1);
+  assert_int_equal(slow_dns_lookups_on_loop(), 0);
   int closed = 0;
   idem_store_close(store, closed_cb, &closed);
   while (!closed)
@@ -348,7 +320,7 @@ static void host_name_is_resolved_off_the_loop(void **state) {
                    IDEM_ESTORE);
   assert_true(idem_now_ms() - t0 < 2000); /* failed at once, not at the connect timeout */
   idem_sync_close(db);
-  atomic_store(&dns_watching, 0);
+  slow_dns_stop();
 }
 
 static void killed_connection_fails_in_flight_then_recovers(void **state) {

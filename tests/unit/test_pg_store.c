@@ -7,6 +7,7 @@
  * tests/support/with-postgres.sh, which also hands it the scripts that stop
  * and start that server.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "support/slow_dns.h"
 
 #ifndef IDEM_TEST_SUPPORT
 #define IDEM_TEST_SUPPORT "tests/support"
@@ -392,6 +394,43 @@ static void row_lock_held_elsewhere_fails_only_its_key(void **state) {
   close_store(&loop, store);
 }
 
+/* Reconnections to a server named by host name look it up on the thread
+ * pool: a slow DNS server (support/slow_dns.c) must not stall the loop (opening still connects
+ * once, blocking, before the loop serves anything). */
+static void reconnect_looks_the_host_up_off_the_loop(void **state) {
+  (void)state;
+  const char *at = strstr(base_uri, "@127.0.0.1:");
+  if (!at)
+    skip();
+  char uri[512];
+  snprintf(uri, sizeof uri, "%.*s@localhost:%s?pool=2&application_name=idem-dns",
+           (int)(at - base_uri), base_uri, at + strlen("@127.0.0.1:"));
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri, &store, NULL), 0);
+  slow_dns_watch(pthread_self());
+  /* cut every connection of the store: it must connect again */
+  sql(base_uri, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'idem-dns'");
+  int64_t deadline = idem_now_ms() + 15000;
+  for (int i = 0;; i++) {
+    tally t = {0};
+    char key[32];
+    snprintf(key, sizeof key, "dns-%d", i);
+    idem_op op = claim_op(key);
+    assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+    run_until(&loop, &t.done, 1, 10000);
+    if (t.ok && slow_dns_lookups() >= 1)
+      break; /* a connection came back, by name */
+    assert_true(idem_now_ms() < deadline);
+    usleep(20 * 1000);
+  }
+  slow_dns_stop();
+  assert_int_equal(slow_dns_lookups_on_loop(), 0);
+  close_store(&loop, store);
+}
+
 static void server_stop_and_start_fails_fast_then_recovers(void **state) {
   (void)state;
   const char *stop = getenv("IDEM_TEST_PG_STOP"), *start = getenv("IDEM_TEST_PG_START");
@@ -490,6 +529,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
       cmocka_unit_test(hung_server_times_out),
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
+      cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

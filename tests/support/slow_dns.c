@@ -1,0 +1,42 @@
+/* slow_dns.c - see slow_dns.h. */
+#include "slow_dns.h"
+
+#include <dlfcn.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+static atomic_int watching, lookups, lookups_on_loop;
+static pthread_t loop;
+
+void slow_dns_watch(pthread_t loop_thread) {
+  loop = loop_thread;
+  atomic_store(&lookups, 0);
+  atomic_store(&lookups_on_loop, 0);
+  atomic_store(&watching, 1);
+}
+
+void slow_dns_stop(void) { atomic_store(&watching, 0); }
+
+int slow_dns_lookups(void) { return atomic_load(&lookups); }
+
+int slow_dns_lookups_on_loop(void) { return atomic_load(&lookups_on_loop); }
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res) {
+  static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
+  if (atomic_load(&watching) && node) {
+    if (strcmp(node, "idem-test-unresolvable") == 0)
+      return EAI_NONAME;
+    if (strcmp(node, "localhost") == 0) {
+      atomic_fetch_add(&lookups, 1);
+      if (pthread_equal(pthread_self(), loop))
+        atomic_fetch_add(&lookups_on_loop, 1);
+      usleep(300 * 1000);
+    }
+  }
+  return real(node, service, hints, res);
+}

@@ -1,0 +1,20 @@
+/*
+ * slow_dns.h - getaddrinfo interposed for the store tests that check host
+ * names are looked up off the event loop (link slow_dns.c into the test).
+ *
+ * While watching, a lookup of "localhost" takes 300 ms (a slow DNS server)
+ * and is counted, with whether it ran on the given loop thread; a lookup of
+ * "idem-test-unresolvable" fails at once with EAI_NONAME. Otherwise every
+ * lookup goes to the C library's getaddrinfo.
+ */
+#ifndef IDEM_TEST_SLOW_DNS_H
+#define IDEM_TEST_SLOW_DNS_H
+
+#include <pthread.h>
+
+void slow_dns_watch(pthread_t loop_thread);
+void slow_dns_stop(void);
+int slow_dns_lookups(void);         /* of "localhost" since slow_dns_watch */
+int slow_dns_lookups_on_loop(void); /* of those, run on the loop thread */
+
+#endif
