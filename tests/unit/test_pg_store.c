@@ -171,82 +171,6 @@ static void rolled_back_claim_leaves_nothing(void **state) {
   PQfinish(pg);
 }
 
-/* the row's version (xmin) and whether anyone holds a lock on it */
-static char *row_version(PGconn *pg, const char *key) {
-  static char v[4][32];
-  static int next;
-  char *out = v[next++ % 4], q[200];
-  snprintf(q, sizeof q, "SELECT xmin::text FROM idem_records WHERE scope = 't' AND key = '%s'",
-           key);
-  PGresult *r = PQexec(pg, q);
-  assert_int_equal(PQntuples(r), 1);
-  snprintf(out, 32, "%s", PQgetvalue(r, 0, 0));
-  PQclear(r);
-  return out;
-}
-
-/* A retry of a finished request is answered by a read: no row version, no
- * row lock (before, ON CONFLICT DO UPDATE wrote one per replay). */
-static void retries_of_finished_requests_write_nothing(void **state) {
-  (void)state;
-  PGconn *pg = PQconnectdb(base_uri);
-  assert_int_equal(PQstatus(pg), CONNECTION_OK);
-  idem_result res;
-  idem_op op = claim_op("ro-1");
-  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
-  assert_int_equal(res.outcome, IDEM_CLAIMED);
-  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "t", .key = "ro-1", .fence = res.fence,
-                  .ttl_ms = 60000, .response = {.status = 201, .body = "ok", .body_len = 2}};
-  assert_int_equal(idem_pg_run(pg, &done, &res), 0);
-  const char *v0 = row_version(pg, "ro-1");
-
-  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
-  assert_int_equal(res.outcome, IDEM_REPLAY);
-  assert_int_equal(res.fence, 1);
-  assert_int_equal(res.record->response.status, 201);
-  assert_memory_equal(res.record->response.body, "ok", 2);
-  idem_result_clear(&res);
-  idem_op other = op;
-  idem_fingerprint("POST", "/", "y", 1, 0, other.fingerprint);
-  assert_int_equal(idem_pg_run(pg, &other, &res), 0);
-  assert_int_equal(res.outcome, IDEM_MISMATCH);
-  idem_result_clear(&res);
-  assert_string_equal(row_version(pg, "ro-1"), v0);
-
-  /* a replay inside a transaction leaves the row free for others */
-  PQclear(PQexec(pg, "BEGIN"));
-  assert_int_equal(idem_pg_run(pg, &op, &res), 0);
-  assert_int_equal(res.outcome, IDEM_REPLAY);
-  idem_result_clear(&res);
-  PGconn *other_conn = PQconnectdb(base_uri);
-  PGresult *r = PQexec(other_conn, "SELECT 1 FROM idem_records WHERE scope = 't' AND "
-                                   "key = 'ro-1' FOR UPDATE NOWAIT");
-  assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
-  PQclear(r);
-  PQfinish(other_conn);
-  PQclear(PQexec(pg, "COMMIT"));
-  assert_string_equal(row_version(pg, "ro-1"), v0);
-
-  /* a failed record: a replay when asked for, else claimed again */
-  idem_op c2 = claim_op("ro-2");
-  assert_int_equal(idem_pg_run(pg, &c2, &res), 0);
-  idem_op failed = {.kind = IDEM_OP_FAIL, .scope = "t", .key = "ro-2", .fence = res.fence,
-                    .ttl_ms = 60000, .response = {.status = 500}};
-  assert_int_equal(idem_pg_run(pg, &failed, &res), 0);
-  const char *v1 = row_version(pg, "ro-2");
-  c2.flags = IDEM_CLAIM_REPLAY_FAILED;
-  assert_int_equal(idem_pg_run(pg, &c2, &res), 0);
-  assert_int_equal(res.outcome, IDEM_REPLAY);
-  idem_result_clear(&res);
-  assert_string_equal(row_version(pg, "ro-2"), v1);
-  c2.flags = 0;
-  assert_int_equal(idem_pg_run(pg, &c2, &res), 0);
-  assert_int_equal(res.outcome, IDEM_CLAIMED);
-  assert_int_equal(res.fence, 2);
-  assert_string_not_equal(row_version(pg, "ro-2"), v1);
-  PQfinish(pg);
-}
-
 /* ---- outage ------------------------------------------------------------- */
 
 typedef struct {
@@ -525,7 +449,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(migrate_is_idempotent_and_refuses_newer),
       cmocka_unit_test(uri_options_are_checked),
       cmocka_unit_test(rolled_back_claim_leaves_nothing),
-      cmocka_unit_test(retries_of_finished_requests_write_nothing),
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
       cmocka_unit_test(hung_server_times_out),
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
