@@ -335,7 +335,7 @@ if sweep:
     L.append("## Unique keys at more connections\n")
     L.append("nginx-proxy and idem-lmdb alternating, %s per run; the ratio is taken within each "
              "round (the two runs back to back), and the table gives medians.\n" % sweep_dur)
-    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | idem-lmdb p50 ms | idem-lmdb p99 ms | CPU µs per request, nginx-proxy / idem-lmdb (writer) | machine idle, nginx-proxy / idem-lmdb | idem-lmdb / nginx-proxy (per round) |")
+    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | p50 ms, nginx-proxy / idem-lmdb | p99 ms, nginx-proxy / idem-lmdb | CPU µs per request, nginx-proxy / idem-lmdb (writer) | machine idle, nginx-proxy / idem-lmdb | idem-lmdb / nginx-proxy (per round) |")
     L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for c in sorted({int(r[0]) for r in sweep}):
         rows = [r for r in sweep if int(r[0]) == c]
@@ -345,9 +345,9 @@ if sweep:
         med = lambda xs: statistics.median(xs) if xs else 0
         pxrows = [r for r in rows if r[2] == "nginx-proxy"]
         col = lambda rs, i: med([float(r[i]) for r in rs if len(r) > i])
-        L.append("| %d | %.0f | %.0f | %.2f | %.2f | %.1f / %.1f (%.1f) | %.0f%% / %.0f%% | **%.2fx** (%s) |" % (
+        L.append("| %d | %.0f | %.0f | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f (%.1f) | %.0f%% / %.0f%% | **%.2fx** (%s) |" % (
             c, med(list(px_r.values())), med([float(r[3]) for r in lm.values()]),
-            med([float(r[4]) for r in lm.values()]), med([float(r[5]) for r in lm.values()]),
+            col(pxrows, 4), col(lm.values(), 4), col(pxrows, 5), col(lm.values(), 5),
             col(pxrows, 9), col(lm.values(), 9), col(lm.values(), 10),
             col(pxrows, 11), col(lm.values(), 11),
             med(ratios), ", ".join("%.2f" % x for x in ratios)))
