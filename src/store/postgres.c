@@ -34,7 +34,8 @@
  * looks a host name up inside PQconnectStart, on the calling thread: a slow
  * DNS server would stall the loop and every request on it. So a connection
  * to one host given by name starts with uv_getaddrinfo on the thread pool,
- * and libpq gets the address as hostaddr (host stays for TLS and .pgpass).
+ * and libpq gets the addresses as hostaddr, tried in order (host stays, once
+ * per address, for TLS and .pgpass).
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -365,12 +366,14 @@ static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
   }
 }
 
-/* Start libpq's connection, at hostaddr when the name was looked up. */
-static void conn_connect(pg_conn_t *c, const char *hostaddr) {
-  if (hostaddr) {
+/* Start libpq's connection; at the looked-up addresses when hosts and
+ * addrs are given (as many of each, comma-separated: libpq tries them in
+ * order, as it tries every address of a name it looks up itself). */
+static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
+  if (addrs) {
     /* later keywords override what the expanded URI (dbname) sets */
-    const char *const keys[] = {"dbname", "hostaddr", NULL};
-    const char *const values[] = {c->st->uri.conninfo, hostaddr, NULL};
+    const char *const keys[] = {"dbname", "host", "hostaddr", NULL};
+    const char *const values[] = {c->st->uri.conninfo, hosts, addrs, NULL};
     c->pg = PQconnectStartParams(keys, values, 1);
   } else {
     c->pg = PQconnectStart(c->st->uri.conninfo);
@@ -382,27 +385,56 @@ static void conn_connect(pg_conn_t *c, const char *hostaddr) {
   connect_step(c, PGRES_POLLING_WRITING);
 }
 
+#define LOOKUP_MAX_ADDRS 8
+
+/* "name,name,..." and "addr,addr,..." for the first LOOKUP_MAX_ADDRS
+ * addresses of a lookup; 0 when it gave none. */
+static int address_lists(const char *name, const struct addrinfo *ai, char *hosts,
+                         size_t hosts_len, char *addrs, size_t addrs_len) {
+  size_t nh = 0, na = 0;
+  int n = 0;
+  hosts[0] = addrs[0] = '\0';
+  for (; ai && n < LOOKUP_MAX_ADDRS; ai = ai->ai_next) {
+    char ip[INET6_ADDRSTRLEN];
+    if (ai->ai_family == AF_INET)
+      uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof ip);
+    else if (ai->ai_family == AF_INET6)
+      uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof ip);
+    else
+      continue;
+    int wh = snprintf(hosts + nh, hosts_len - nh, "%s%s", n ? "," : "", name);
+    int wa = snprintf(addrs + na, addrs_len - na, "%s%s", n ? "," : "", ip);
+    if (wh < 0 || wa < 0 || (size_t)wh >= hosts_len - nh || (size_t)wa >= addrs_len - na)
+      break;
+    nh += (size_t)wh;
+    na += (size_t)wa;
+    n++;
+  }
+  if (n == 0)
+    hosts[0] = addrs[0] = '\0';
+  return n;
+}
+
 typedef struct {
   uv_getaddrinfo_t req;
   pg_conn_t *c;
   unsigned attempt;
 } lookup;
 
-static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
+static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
   lookup *l = req->data;
   pg_conn_t *c = l->c;
   pg_store *st = c->st;
   st->lookups--;
-  char ip[INET6_ADDRSTRLEN] = "";
-  if (status == 0 && addrs && addrs->ai_family == AF_INET)
-    uv_ip4_name((const struct sockaddr_in *)addrs->ai_addr, ip, sizeof ip);
-  else if (status == 0 && addrs && addrs->ai_family == AF_INET6)
-    uv_ip6_name((const struct sockaddr_in6 *)addrs->ai_addr, ip, sizeof ip);
-  uv_freeaddrinfo(addrs);
+  /* names are at most 255 bytes, addresses 45 */
+  char hosts[LOOKUP_MAX_ADDRS * 257], addrs[LOOKUP_MAX_ADDRS * 47];
+  int n = status == 0 ? address_lists(st->lookup_host, ai, hosts, sizeof hosts, addrs,
+                                      sizeof addrs) : 0;
+  uv_freeaddrinfo(ai);
   int current = l->attempt == c->attempt && c->state == C_CONNECTING && !c->pg;
   free(l);
-  if (current && ip[0]) {
-    conn_connect(c, ip);
+  if (current && n > 0) {
+    conn_connect(c, hosts, addrs);
   } else if (current) {
     char why[200];
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host,
@@ -418,7 +450,7 @@ static void conn_start(pg_conn_t *c) {
   c->attempt++;
   watchdog(c, 1); /* bounds the whole connection attempt, lookup included */
   if (!st->lookup_host) {
-    conn_connect(c, NULL);
+    conn_connect(c, NULL, NULL);
     return;
   }
   lookup *l = calloc(1, sizeof *l);
@@ -454,6 +486,7 @@ static char *lookup_name(const char *conninfo) {
   unsigned char buf[sizeof(struct in6_addr)];
   char *name = NULL;
   if (host && !has_addr && host[0] != '/' && host[0] != '@' && !strchr(host, ',') &&
+      strlen(host) <= 255 &&
       inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1)
     name = strdup(host);
   PQconninfoFree(opts);

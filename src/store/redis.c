@@ -52,6 +52,7 @@
 #define BACKOFF_MAX_MS 2000
 #define SCAN_COUNT "1000"
 #define LIST_BATCH 256
+#define ADDRS_MAX 8 /* addresses of the host name tried per attempt */
 
 typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;
 
@@ -75,6 +76,8 @@ typedef struct {
   int timers_open;
   unsigned attempt;      /* connection attempts so far: a late resolution is stale */
   int resolves_open;     /* uv_getaddrinfo requests not yet called back */
+  char addrs[ADDRS_MAX][INET6_ADDRSTRLEN]; /* this attempt's, in order */
+  int naddrs, next_addr;
   idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
   cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
   size_t held;                     /* reqs not yet finished */
@@ -830,13 +833,16 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
   conn_drop(rs, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
+static void connect_next(rstore *rs, const char *why);
+
 static void on_connect(const redisAsyncContext *ac, int status) {
   rstore *rs = ac->data;
   if (rs == NULL || rs->ac != ac || status == REDIS_OK)
     return;
-  /* hiredis frees ac after this, without a disconnect callback */
+  /* hiredis frees ac after this, without a disconnect callback; the name's
+   * next address, if any, gets a context of its own */
   rs->ac = NULL;
-  conn_drop(rs, ac->errstr[0] ? ac->errstr : "cannot connect");
+  connect_next(rs, ac->errstr[0] ? ac->errstr : "cannot connect");
 }
 
 static void on_connect_timeout(uv_timer_t *t) {
@@ -890,8 +896,6 @@ typedef struct {
   unsigned attempt;
 } resolution;
 
-static void connect_to(rstore *rs, const struct addrinfo *addrs);
-
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
   resolution *r = req->data;
   rstore *rs = r->rs;
@@ -906,14 +910,25 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addr
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(status));
     conn_drop(rs, why);
   } else {
-    connect_to(rs, addrs);
+    rs->naddrs = rs->next_addr = 0;
+    for (const struct addrinfo *a = addrs; a && rs->naddrs < ADDRS_MAX; a = a->ai_next) {
+      char *ip = rs->addrs[rs->naddrs];
+      if (a->ai_family == AF_INET)
+        uv_ip4_name((const struct sockaddr_in *)a->ai_addr, ip, INET6_ADDRSTRLEN);
+      else if (a->ai_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)a->ai_addr, ip, INET6_ADDRSTRLEN);
+      else
+        continue;
+      rs->naddrs++;
+    }
+    connect_next(rs, "no address");
   }
   uv_freeaddrinfo(addrs);
   free(r);
   maybe_teardown(rs);
 }
 
-/* DOWN -> CONNECTING: resolve the host (see the top), then connect_to. */
+/* DOWN -> CONNECTING: resolve the host (see the top), then connect_next. */
 static void conn_start(rstore *rs) {
   uv_update_time(rs->loop); /* the connect timeout counts from now */
   rs->attempt++;
@@ -941,31 +956,27 @@ static void conn_start(rstore *rs) {
   rs->resolves_open++;
 }
 
-/* Connect to the first address that takes a connect, as hiredis would. */
-static void connect_to(rstore *rs, const struct addrinfo *addrs) {
+/* Connect to the next address of this attempt: the first that answers
+ * wins, as libpq does (hiredis alone would stop at the first that takes a
+ * connect() call, and a refusal comes later). why: the last failure. */
+static void connect_next(rstore *rs, const char *why) {
+  char last[160];
+  snprintf(last, sizeof last, "%s", why);
   redisAsyncContext *ac = NULL;
-  char why[160] = "no address";
-  for (const struct addrinfo *a = addrs; a && !ac; a = a->ai_next) {
-    char ip[INET6_ADDRSTRLEN] = "";
-    if (a->ai_family == AF_INET)
-      uv_ip4_name((const struct sockaddr_in *)a->ai_addr, ip, sizeof ip);
-    else if (a->ai_family == AF_INET6)
-      uv_ip6_name((const struct sockaddr_in6 *)a->ai_addr, ip, sizeof ip);
-    else
-      continue;
-    ac = redisAsyncConnect(ip, rs->uri.port);
+  while (!ac && rs->next_addr < rs->naddrs) {
+    ac = redisAsyncConnect(rs->addrs[rs->next_addr++], rs->uri.port);
     if (ac == NULL) {
       conn_drop(rs, "out of memory");
       return;
     }
     if (ac->err) {
-      snprintf(why, sizeof why, "cannot connect: %.100s", ac->errstr);
+      snprintf(last, sizeof last, "cannot connect: %.100s", ac->errstr);
       redisAsyncFree(ac);
       ac = NULL;
     }
   }
   if (ac == NULL) {
-    conn_drop(rs, why);
+    conn_drop(rs, last);
     return;
   }
   if (uvev_attach(ac, rs->loop) != 0) {

@@ -312,6 +312,16 @@ static void host_name_is_resolved_off_the_loop(void **state) {
     uv_run(&loop, UV_RUN_ONCE);
   assert_int_equal(uv_loop_close(&loop), 0);
 
+  /* a name with two addresses, the first refusing: the second answers */
+  char two[128];
+  snprintf(two, sizeof two, "redis://idem-test-two-addrs:%d?connect_timeout=5s", where.port);
+  idem_sync *db2 = open_uri(two);
+  idem_result res2;
+  assert_int_equal(run(db2, claim_op("", key_of("second-address"), 60000, TTL_LONG_MS), &res2), 0);
+  assert_int_equal(res2.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res2);
+  idem_sync_close(db2);
+
   /* a name that does not resolve: a store error per operation, not a hang */
   idem_sync *db = open_uri("redis://idem-test-unresolvable:6379?connect_timeout=5s");
   idem_result res;

@@ -28,9 +28,30 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
   static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
   if (!real)
     *(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
+  if (node && strcmp(node, "idem-test-unresolvable") == 0)
+    return EAI_NONAME;
+  if (node && strcmp(node, "idem-test-two-addrs") == 0) {
+    /* two lists from the C library, chained: freeaddrinfo frees both */
+    struct addrinfo h = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+                         .ai_flags = AI_NUMERICHOST};
+    if (hints)
+      h.ai_socktype = hints->ai_socktype, h.ai_protocol = hints->ai_protocol;
+    struct addrinfo *first, *second;
+    int rc = real("127.0.0.2", service, &h, &first);
+    if (rc)
+      return rc;
+    if ((rc = real("127.0.0.1", service, &h, &second))) {
+      freeaddrinfo(first);
+      return rc;
+    }
+    struct addrinfo *last = first;
+    while (last->ai_next)
+      last = last->ai_next;
+    last->ai_next = second;
+    *res = first;
+    return 0;
+  }
   if (atomic_load(&watching) && node) {
-    if (strcmp(node, "idem-test-unresolvable") == 0)
-      return EAI_NONAME;
     if (strcmp(node, "localhost") == 0) {
       atomic_fetch_add(&lookups, 1);
       if (pthread_equal(pthread_self(), loop))

@@ -3,9 +3,10 @@
  * names are looked up off the event loop (link slow_dns.c into the test).
  *
  * While watching, a lookup of "localhost" takes 300 ms (a slow DNS server)
- * and is counted, with whether it ran on the given loop thread; a lookup of
- * "idem-test-unresolvable" fails at once with EAI_NONAME. Otherwise every
- * lookup goes to the C library's getaddrinfo.
+ * and is counted, with whether it ran on the given loop thread. Always:
+ * "idem-test-unresolvable" fails at once with EAI_NONAME, and
+ * "idem-test-two-addrs" has two addresses, 127.0.0.2 (where nothing
+ * listens) then 127.0.0.1. Every other lookup goes to the C library.
  */
 #ifndef IDEM_TEST_SLOW_DNS_H
 #define IDEM_TEST_SLOW_DNS_H

@@ -318,40 +318,77 @@ static void row_lock_held_elsewhere_fails_only_its_key(void **state) {
   close_store(&loop, store);
 }
 
-/* Reconnections to a server named by host name look it up on the thread
- * pool: a slow DNS server (support/slow_dns.c) must not stall the loop (opening still connects
- * once, blocking, before the loop serves anything). */
-static void reconnect_looks_the_host_up_off_the_loop(void **state) {
-  (void)state;
+/* A store at base_uri's server, named HOST instead of 127.0.0.1, with the
+ * URI parameters PARAMS (the test skips when base_uri names no 127.0.0.1). */
+static idem_store *open_at_host(uv_loop_t *loop, const char *host, const char *params) {
   const char *at = strstr(base_uri, "@127.0.0.1:");
   if (!at)
     skip();
   char uri[512];
-  snprintf(uri, sizeof uri, "%.*s@localhost:%s?pool=2&application_name=idem-dns",
-           (int)(at - base_uri), base_uri, at + strlen("@127.0.0.1:"));
-  uv_loop_t loop;
-  uv_loop_init(&loop);
+  snprintf(uri, sizeof uri, "%.*s@%s:%s?%s", (int)(at - base_uri), base_uri, host,
+           at + strlen("@127.0.0.1:"), params);
   idem_store *store;
-  assert_int_equal(idem_store_open(&loop, uri, &store, NULL), 0);
-  slow_dns_watch(pthread_self());
-  /* cut every connection of the store: it must connect again */
-  sql(base_uri, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'idem-dns'");
+  assert_int_equal(idem_store_open(loop, uri, &store, NULL), 0);
+  return store;
+}
+
+/* Cut every server connection opened with this application_name. */
+static void cut_connections(const char *application) {
+  char q[200];
+  snprintf(q, sizeof q, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = '%s'", application);
+  sql(base_uri, q);
+}
+
+/* After its connections were cut: claim fresh keys (PREFIX-N) one at a
+ * time until one fails (the cut is seen) and a later one succeeds (the
+ * store is back), within 15 s. */
+static void claim_until_back(uv_loop_t *loop, idem_store *store, const char *prefix) {
   int64_t deadline = idem_now_ms() + 15000;
+  int lost = 0;
   for (int i = 0;; i++) {
     tally t = {0};
     char key[32];
-    snprintf(key, sizeof key, "dns-%d", i);
+    snprintf(key, sizeof key, "%s-%d", prefix, i);
     idem_op op = claim_op(key);
     assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
-    run_until(&loop, &t.done, 1, 10000);
-    if (t.ok && slow_dns_lookups() >= 1)
-      break; /* a connection came back, by name */
+    run_until(loop, &t.done, 1, 10000);
+    lost += t.estore;
+    if (t.ok && lost)
+      return;
     assert_true(idem_now_ms() < deadline);
     usleep(20 * 1000);
   }
+}
+
+/* Reconnections to a server named by host name look it up on the thread
+ * pool: a slow DNS server (support/slow_dns.c) must not stall the loop
+ * (opening still connects once, blocking, before the loop serves anything). */
+static void reconnect_looks_the_host_up_off_the_loop(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store = open_at_host(&loop, "localhost", "pool=2&application_name=idem-dns");
+  slow_dns_watch(pthread_self());
+  cut_connections("idem-dns");
+  claim_until_back(&loop, store, "dns");
+  assert_true(slow_dns_lookups() >= 1); /* it came back by name */
   slow_dns_stop();
   assert_int_equal(slow_dns_lookups_on_loop(), 0);
+  close_store(&loop, store);
+}
+
+/* A name with several addresses: a reconnection tries them in order, as
+ * libpq does for a name it looks up itself (support/slow_dns.c: the first,
+ * 127.0.0.2, refuses). */
+static void reconnect_tries_every_address_of_the_name(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store =
+      open_at_host(&loop, "idem-test-two-addrs", "pool=1&application_name=idem-two");
+  cut_connections("idem-two");
+  claim_until_back(&loop, store, "two");
   close_store(&loop, store);
 }
 
@@ -453,6 +490,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(hung_server_times_out),
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
+      cmocka_unit_test(reconnect_tries_every_address_of_the_name),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
