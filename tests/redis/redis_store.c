@@ -333,6 +333,36 @@ static void host_name_is_resolved_off_the_loop(void **state) {
   slow_dns_stop();
 }
 
+/* Closing while the name's lookup is still out (slow_dns: 300 ms): the
+ * close waits for it, and an operation submitted before the close is
+ * answered once, by the connection made for it. ASan sees any use of the
+ * freed store by the late lookup. */
+static void closing_while_the_name_is_looked_up(void **state) {
+  (void)state;
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://localhost:%d", where.port);
+  slow_dns_watch(pthread_self());
+  for (int with_op = 0; with_op < 2; with_op++) {
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    idem_store *store;
+    assert_int_equal(idem_store_open(&loop, uri, &store, NULL), 0);
+    int done = 0, ok = 0, lost = 0, closed = 0;
+    tally t = {&done, &ok, &lost};
+    idem_op op = claim_op("", key_of(with_op ? "closing-1" : "closing-0"), 60000, TTL_LONG_MS);
+    if (with_op)
+      assert_int_equal(idem_store_submit(store, &op, cb, &t), 0);
+    idem_store_close(store, closed_cb, &closed);
+    while (!closed)
+      uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(done, with_op);
+    assert_int_equal(ok, with_op);
+    assert_int_equal(uv_loop_close(&loop), 0);
+  }
+  assert_int_equal(slow_dns_lookups(), 2);
+  slow_dns_stop();
+}
+
 static void killed_connection_fails_in_flight_then_recovers(void **state) {
   (void)state;
   uv_loop_t loop;
@@ -590,6 +620,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(flushed_script_cache_is_reloaded),
       cmocka_unit_test(nothing_listening_fails_fast),
       cmocka_unit_test(host_name_is_resolved_off_the_loop),
+      cmocka_unit_test(closing_while_the_name_is_looked_up),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),
       cmocka_unit_test(server_that_stops_answering_times_out),
       cmocka_unit_test(idle_blocking_caller_does_not_time_out),

@@ -378,6 +378,20 @@ static void reconnect_looks_the_host_up_off_the_loop(void **state) {
   close_store(&loop, store);
 }
 
+/* Closing while a connection's lookup is still out (pool=2: the second
+ * connection starts with one; slow_dns makes it take 300 ms): the close
+ * waits for it. ASan sees any use of the freed store by the late lookup. */
+static void closing_while_the_name_is_looked_up(void **state) {
+  (void)state;
+  slow_dns_watch(pthread_self());
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store = open_at_host(&loop, "localhost", "pool=2");
+  close_store(&loop, store);
+  assert_int_equal(slow_dns_lookups(), 2); /* open's own, and the second's */
+  slow_dns_stop();
+}
+
 /* A name with several addresses: a reconnection tries them in order, as
  * libpq does for a name it looks up itself (support/slow_dns.c: the first,
  * 127.0.0.2, refuses). */
@@ -491,6 +505,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
       cmocka_unit_test(reconnect_tries_every_address_of_the_name),
+      cmocka_unit_test(closing_while_the_name_is_looked_up),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
