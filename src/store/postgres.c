@@ -49,6 +49,7 @@
 #define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
+#define LOOKUP_MAX_ADDRS 8 /* addresses of the host name tried per attempt */
 
 enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
 
@@ -78,7 +79,10 @@ typedef struct {
   batch *head, *tail; /* sent, waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
-  unsigned attempt;   /* connection attempts so far: a late lookup is stale */
+  int lookup_out;     /* a lookup of the host is out (one at a time) */
+  int addrs_ready;    /* the last lookup ended after its attempt: unused */
+  char hosts[LOOKUP_MAX_ADDRS * 257]; /* its "name,name,...": names <= 255 */
+  char addrs[LOOKUP_MAX_ADDRS * 47];  /* its "addr,addr,..." */
 } pg_conn_t;
 
 typedef struct {
@@ -385,8 +389,6 @@ static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
   connect_step(c, PGRES_POLLING_WRITING);
 }
 
-#define LOOKUP_MAX_ADDRS 8
-
 /* "name,name,..." and "addr,addr,..." for the first LOOKUP_MAX_ADDRS
  * addresses of a lookup; 0 when it gave none. */
 static int address_lists(const char *name, const struct addrinfo *ai, char *hosts,
@@ -418,7 +420,6 @@ static int address_lists(const char *name, const struct addrinfo *ai, char *host
 typedef struct {
   uv_getaddrinfo_t req;
   pg_conn_t *c;
-  unsigned attempt;
 } lookup;
 
 static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
@@ -426,16 +427,18 @@ static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
   pg_conn_t *c = l->c;
   pg_store *st = c->st;
   st->lookups--;
-  /* names are at most 255 bytes, addresses 45 */
-  char hosts[LOOKUP_MAX_ADDRS * 257], addrs[LOOKUP_MAX_ADDRS * 47];
-  int n = status == 0 ? address_lists(st->lookup_host, ai, hosts, sizeof hosts, addrs,
-                                      sizeof addrs) : 0;
+  c->lookup_out = 0;
+  int n = status == 0 ? address_lists(st->lookup_host, ai, c->hosts, sizeof c->hosts, c->addrs,
+                                      sizeof c->addrs) : 0;
   uv_freeaddrinfo(ai);
-  int current = l->attempt == c->attempt && c->state == C_CONNECTING && !c->pg;
   free(l);
-  if (current && n > 0) {
-    conn_connect(c, hosts, addrs);
-  } else if (current) {
+  if (c->state != C_CONNECTING || c->pg) {
+    /* its attempt timed out (or the store closes): the next attempt
+     * starts from these addresses */
+    c->addrs_ready = n > 0;
+  } else if (n > 0) {
+    conn_connect(c, c->hosts, c->addrs);
+  } else {
     char why[200];
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host,
              status ? uv_strerror(status) : "no address");
@@ -447,10 +450,19 @@ static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
 static void conn_start(pg_conn_t *c) {
   pg_store *st = c->st;
   c->state = C_CONNECTING;
-  c->attempt++;
   watchdog(c, 1); /* bounds the whole connection attempt, lookup included */
   if (!st->lookup_host) {
     conn_connect(c, NULL, NULL);
+    return;
+  }
+  /* A DNS server slower than timeout=: the lookup of an attempt that timed
+   * out answers the next attempt (still out: when it comes; done: at once),
+   * so lookups never pile up and a slow one still counts. */
+  if (c->lookup_out)
+    return;
+  if (c->addrs_ready) {
+    c->addrs_ready = 0;
+    conn_connect(c, c->hosts, c->addrs);
     return;
   }
   lookup *l = calloc(1, sizeof *l);
@@ -466,7 +478,7 @@ static void conn_start(pg_conn_t *c) {
   }
   l->req.data = l;
   l->c = c;
-  l->attempt = c->attempt;
+  c->lookup_out = 1;
   st->lookups++;
 }
 

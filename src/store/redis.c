@@ -74,10 +74,10 @@ typedef struct {
   uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
-  unsigned attempt;      /* connection attempts so far: a late resolution is stale */
-  int resolves_open;     /* uv_getaddrinfo requests not yet called back */
-  char addrs[ADDRS_MAX][INET6_ADDRSTRLEN]; /* this attempt's, in order */
+  int resolves_open;     /* 1 while a lookup of the host is out (one at a time) */
+  char addrs[ADDRS_MAX][INET6_ADDRSTRLEN]; /* the last lookup's, in order */
   int naddrs, next_addr;
+  int addrs_ready;       /* the last lookup ended after its attempt: unused */
   idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
   cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
   size_t held;                     /* reqs not yet finished */
@@ -893,23 +893,13 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
 typedef struct {
   uv_getaddrinfo_t req;
   rstore *rs;
-  unsigned attempt;
 } resolution;
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
   resolution *r = req->data;
   rstore *rs = r->rs;
   rs->resolves_open--;
-  if (r->attempt != rs->attempt || rs->state != R_CONNECTING || rs->ac) {
-    /* timed out or closed meanwhile: this attempt is over */
-  } else if (rs->closing && !rs->wait_head) {
-    rs->state = R_DOWN; /* nothing waits for this connection */
-    uv_timer_stop(&rs->conn_timer);
-  } else if (status < 0) {
-    char why[160];
-    snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(status));
-    conn_drop(rs, why);
-  } else {
+  if (status == 0) {
     rs->naddrs = rs->next_addr = 0;
     for (const struct addrinfo *a = addrs; a && rs->naddrs < ADDRS_MAX; a = a->ai_next) {
       char *ip = rs->addrs[rs->naddrs];
@@ -921,26 +911,47 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addr
         continue;
       rs->naddrs++;
     }
-    connect_next(rs, "no address");
   }
   uv_freeaddrinfo(addrs);
   free(r);
+  if (rs->state != R_CONNECTING || rs->ac) {
+    /* its attempt timed out: the next one starts from these addresses */
+    rs->addrs_ready = status == 0 && rs->naddrs > 0;
+  } else if (rs->closing && !rs->wait_head) {
+    rs->state = R_DOWN; /* nothing waits for this connection */
+    uv_timer_stop(&rs->conn_timer);
+  } else if (status < 0) {
+    char why[160];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(status));
+    conn_drop(rs, why);
+  } else {
+    connect_next(rs, "no address");
+  }
   maybe_teardown(rs);
 }
 
 /* DOWN -> CONNECTING: resolve the host (see the top), then connect_next. */
 static void conn_start(rstore *rs) {
   uv_update_time(rs->loop); /* the connect timeout counts from now */
-  rs->attempt++;
   rs->state = R_CONNECTING;
   uv_timer_start(&rs->conn_timer, on_connect_timeout, (uint64_t)rs->uri.connect_timeout_ms, 0);
+  /* A DNS server slower than connect_timeout: the lookup of an attempt
+   * that timed out answers the next attempt (still out: when it comes;
+   * done: at once), so lookups never pile up and a slow one still counts. */
+  if (rs->resolves_open > 0)
+    return;
+  if (rs->addrs_ready) {
+    rs->addrs_ready = 0;
+    rs->next_addr = 0;
+    connect_next(rs, "no address");
+    return;
+  }
   resolution *r = calloc(1, sizeof *r);
   if (r == NULL) {
     conn_drop(rs, "out of memory");
     return;
   }
   r->rs = rs;
-  r->attempt = rs->attempt;
   r->req.data = r;
   char port[8];
   snprintf(port, sizeof port, "%d", rs->uri.port);

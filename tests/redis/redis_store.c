@@ -363,6 +363,30 @@ static void closing_while_the_name_is_looked_up(void **state) {
   slow_dns_stop();
 }
 
+/* A DNS server slower (300 ms) than connect_timeout (100 ms): the lookup of
+ * an attempt that timed out answers the next one, so the store connects,
+ * and lookups never pile up on the thread pool. */
+static void lookup_slower_than_the_connect_timeout(void **state) {
+  (void)state;
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://localhost:%d?connect_timeout=100ms", where.port);
+  slow_dns_watch(pthread_self());
+  idem_sync *db = open_uri(uri);
+  int64_t deadline = idem_now_ms() + 10000;
+  idem_result res;
+  int err;
+  while ((err = run(db, claim_op("", key_of("slow-dns"), 60000, TTL_LONG_MS), &res)) != 0) {
+    assert_true(err == IDEM_ESTORE || err == IDEM_ETIMEDOUT);
+    assert_true(idem_now_ms() < deadline);
+    usleep(50 * 1000);
+  }
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res);
+  idem_sync_close(db);
+  assert_int_equal(slow_dns_most_at_once(), 1);
+  slow_dns_stop();
+}
+
 static void killed_connection_fails_in_flight_then_recovers(void **state) {
   (void)state;
   uv_loop_t loop;
@@ -621,6 +645,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(nothing_listening_fails_fast),
       cmocka_unit_test(host_name_is_resolved_off_the_loop),
       cmocka_unit_test(closing_while_the_name_is_looked_up),
+      cmocka_unit_test(lookup_slower_than_the_connect_timeout),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),
       cmocka_unit_test(server_that_stops_answering_times_out),
       cmocka_unit_test(idle_blocking_caller_does_not_time_out),

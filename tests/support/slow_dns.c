@@ -7,13 +7,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static atomic_int watching, lookups, lookups_on_loop;
+static atomic_int watching, lookups, lookups_on_loop, out_now, most_at_once;
 static pthread_t loop;
 
 void slow_dns_watch(pthread_t loop_thread) {
   loop = loop_thread;
   atomic_store(&lookups, 0);
   atomic_store(&lookups_on_loop, 0);
+  atomic_store(&most_at_once, 0);
   atomic_store(&watching, 1);
 }
 
@@ -22,6 +23,8 @@ void slow_dns_stop(void) { atomic_store(&watching, 0); }
 int slow_dns_lookups(void) { return atomic_load(&lookups); }
 
 int slow_dns_lookups_on_loop(void) { return atomic_load(&lookups_on_loop); }
+
+int slow_dns_most_at_once(void) { return atomic_load(&most_at_once); }
 
 int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
                 struct addrinfo **res) {
@@ -56,7 +59,11 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
       atomic_fetch_add(&lookups, 1);
       if (pthread_equal(pthread_self(), loop))
         atomic_fetch_add(&lookups_on_loop, 1);
+      int now = atomic_fetch_add(&out_now, 1) + 1, most = atomic_load(&most_at_once);
+      while (now > most && !atomic_compare_exchange_weak(&most_at_once, &most, now))
+        ;
       usleep(300 * 1000);
+      atomic_fetch_sub(&out_now, 1);
     }
   }
   return real(node, service, hints, res);

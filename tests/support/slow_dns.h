@@ -17,5 +17,6 @@ void slow_dns_watch(pthread_t loop_thread);
 void slow_dns_stop(void);
 int slow_dns_lookups(void);         /* of "localhost" since slow_dns_watch */
 int slow_dns_lookups_on_loop(void); /* of those, run on the loop thread */
+int slow_dns_most_at_once(void);    /* of those, the most out at one time */
 
 #endif

@@ -392,6 +392,23 @@ static void closing_while_the_name_is_looked_up(void **state) {
   slow_dns_stop();
 }
 
+/* A DNS server slower (300 ms) than timeout= (100 ms): the lookup of an
+ * attempt that timed out answers the next one, so the store comes back,
+ * and lookups never pile up on the thread pool. */
+static void lookup_slower_than_the_timeout(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store =
+      open_at_host(&loop, "localhost", "pool=1&timeout=100ms&application_name=idem-slow");
+  slow_dns_watch(pthread_self());
+  cut_connections("idem-slow");
+  claim_until_back(&loop, store, "slow");
+  slow_dns_stop();
+  assert_int_equal(slow_dns_most_at_once(), 1);
+  close_store(&loop, store);
+}
+
 /* A name with several addresses: a reconnection tries them in order, as
  * libpq does for a name it looks up itself (support/slow_dns.c: the first,
  * 127.0.0.2, refuses). */
@@ -506,6 +523,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
       cmocka_unit_test(reconnect_tries_every_address_of_the_name),
       cmocka_unit_test(closing_while_the_name_is_looked_up),
+      cmocka_unit_test(lookup_slower_than_the_timeout),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
