@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "store/backend.h"
+#include "store/lookup.h"
 #include "store/postgres.h"
 
 #define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
@@ -393,24 +394,16 @@ static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
  * addresses of a lookup; 0 when it gave none. */
 static int address_lists(const char *name, const struct addrinfo *ai, char *hosts,
                          size_t hosts_len, char *addrs, size_t addrs_len) {
+  idem_addr_text ip[LOOKUP_MAX_ADDRS];
+  int found = idem_lookup_addresses(ai, ip, LOOKUP_MAX_ADDRS), n = 0;
   size_t nh = 0, na = 0;
-  int n = 0;
-  hosts[0] = addrs[0] = '\0';
-  for (; ai && n < LOOKUP_MAX_ADDRS; ai = ai->ai_next) {
-    char ip[INET6_ADDRSTRLEN];
-    if (ai->ai_family == AF_INET)
-      uv_ip4_name((const struct sockaddr_in *)ai->ai_addr, ip, sizeof ip);
-    else if (ai->ai_family == AF_INET6)
-      uv_ip6_name((const struct sockaddr_in6 *)ai->ai_addr, ip, sizeof ip);
-    else
-      continue;
+  for (; n < found; n++) {
     int wh = snprintf(hosts + nh, hosts_len - nh, "%s%s", n ? "," : "", name);
-    int wa = snprintf(addrs + na, addrs_len - na, "%s%s", n ? "," : "", ip);
+    int wa = snprintf(addrs + na, addrs_len - na, "%s%s", n ? "," : "", ip[n]);
     if (wh < 0 || wa < 0 || (size_t)wh >= hosts_len - nh || (size_t)wa >= addrs_len - na)
       break;
     nh += (size_t)wh;
     na += (size_t)wa;
-    n++;
   }
   if (n == 0)
     hosts[0] = addrs[0] = '\0';

@@ -46,6 +46,7 @@
 
 #include "core/scoped_key.h"
 #include "store/backend.h"
+#include "store/lookup.h"
 #include "store/redis.h"
 
 #define BACKOFF_MIN_MS 100
@@ -75,7 +76,7 @@ typedef struct {
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
   int resolves_open;     /* 1 while a lookup of the host is out (one at a time) */
-  char addrs[ADDRS_MAX][INET6_ADDRSTRLEN]; /* the last lookup's, in order */
+  idem_addr_text addrs[ADDRS_MAX]; /* the last lookup's, in order */
   int naddrs, next_addr;
   int addrs_ready;       /* the last lookup ended after its attempt: unused */
   idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
@@ -900,17 +901,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addr
   rstore *rs = r->rs;
   rs->resolves_open--;
   if (status == 0) {
-    rs->naddrs = rs->next_addr = 0;
-    for (const struct addrinfo *a = addrs; a && rs->naddrs < ADDRS_MAX; a = a->ai_next) {
-      char *ip = rs->addrs[rs->naddrs];
-      if (a->ai_family == AF_INET)
-        uv_ip4_name((const struct sockaddr_in *)a->ai_addr, ip, INET6_ADDRSTRLEN);
-      else if (a->ai_family == AF_INET6)
-        uv_ip6_name((const struct sockaddr_in6 *)a->ai_addr, ip, INET6_ADDRSTRLEN);
-      else
-        continue;
-      rs->naddrs++;
-    }
+    rs->naddrs = idem_lookup_addresses(addrs, rs->addrs, ADDRS_MAX);
+    rs->next_addr = 0;
   }
   uv_freeaddrinfo(addrs);
   free(r);
