@@ -363,16 +363,17 @@ static void closing_while_the_name_is_looked_up(void **state) {
   slow_dns_stop();
 }
 
-/* A DNS server slower (300 ms) than connect_timeout (100 ms): the lookup of
+/* A DNS server slower (1.5 s) than connect_timeout (0.5 s): the lookup of
  * an attempt that timed out answers the next one, so the store connects,
  * and lookups never pile up on the thread pool. */
 static void lookup_slower_than_the_connect_timeout(void **state) {
   (void)state;
   char uri[128];
-  snprintf(uri, sizeof uri, "redis://localhost:%d?connect_timeout=100ms", where.port);
+  snprintf(uri, sizeof uri, "redis://localhost:%d?connect_timeout=500ms", where.port);
   slow_dns_watch(pthread_self());
+  slow_dns_delay(1500);
   idem_sync *db = open_uri(uri);
-  int64_t deadline = idem_now_ms() + 10000;
+  int64_t deadline = idem_now_ms() + 15000;
   idem_result res;
   int err;
   while ((err = run(db, claim_op("", key_of("slow-dns"), 60000, TTL_LONG_MS), &res)) != 0) {

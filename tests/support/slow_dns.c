@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 static atomic_int watching, lookups, lookups_on_loop, out_now, most_at_once;
+static atomic_int delay_ms = 300;
 static pthread_t loop;
 
 void slow_dns_watch(pthread_t loop_thread) {
@@ -15,8 +16,11 @@ void slow_dns_watch(pthread_t loop_thread) {
   atomic_store(&lookups, 0);
   atomic_store(&lookups_on_loop, 0);
   atomic_store(&most_at_once, 0);
+  atomic_store(&delay_ms, 300);
   atomic_store(&watching, 1);
 }
+
+void slow_dns_delay(int ms) { atomic_store(&delay_ms, ms); }
 
 void slow_dns_stop(void) { atomic_store(&watching, 0); }
 
@@ -62,7 +66,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
       int now = atomic_fetch_add(&out_now, 1) + 1, most = atomic_load(&most_at_once);
       while (now > most && !atomic_compare_exchange_weak(&most_at_once, &most, now))
         ;
-      usleep(300 * 1000);
+      usleep((useconds_t)atomic_load(&delay_ms) * 1000);
       atomic_fetch_sub(&out_now, 1);
     }
   }

@@ -2,7 +2,8 @@
  * slow_dns.h - getaddrinfo interposed for the store tests that check host
  * names are looked up off the event loop (link slow_dns.c into the test).
  *
- * While watching, a lookup of "localhost" takes 300 ms (a slow DNS server)
+ * While watching, a lookup of "localhost" takes 300 ms (a slow DNS server;
+ * slow_dns_delay changes it until the next slow_dns_watch)
  * and is counted, with whether it ran on the given loop thread. Always:
  * "idem-test-unresolvable" fails at once with EAI_NONAME, and
  * "idem-test-two-addrs" has two addresses, 127.0.0.2 (where nothing
@@ -14,6 +15,7 @@
 #include <pthread.h>
 
 void slow_dns_watch(pthread_t loop_thread);
+void slow_dns_delay(int ms); /* how long a watched lookup takes (300 ms) */
 void slow_dns_stop(void);
 int slow_dns_lookups(void);         /* of "localhost" since slow_dns_watch */
 int slow_dns_lookups_on_loop(void); /* of those, run on the loop thread */

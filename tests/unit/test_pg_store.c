@@ -392,7 +392,7 @@ static void closing_while_the_name_is_looked_up(void **state) {
   slow_dns_stop();
 }
 
-/* A DNS server slower (300 ms) than timeout= (100 ms): the lookup of an
+/* A DNS server slower (1.5 s) than timeout= (0.5 s): the lookup of an
  * attempt that timed out answers the next one, so the store comes back,
  * and lookups never pile up on the thread pool. */
 static void lookup_slower_than_the_timeout(void **state) {
@@ -400,8 +400,9 @@ static void lookup_slower_than_the_timeout(void **state) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   idem_store *store =
-      open_at_host(&loop, "localhost", "pool=1&timeout=100ms&application_name=idem-slow");
+      open_at_host(&loop, "localhost", "pool=1&timeout=500ms&application_name=idem-slow");
   slow_dns_watch(pthread_self());
+  slow_dns_delay(1500);
   cut_connections("idem-slow");
   claim_until_back(&loop, store, "slow");
   slow_dns_stop();
