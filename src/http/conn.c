@@ -491,8 +491,10 @@ static void stream_write_cb(uv_write_t *req, int status) {
   ex->stream_writes--;
   ex->stream_queued -= sw->len;
   free(sw);
-  if (status < 0)
+  if (status < 0) {
     ex->stream_failed = 1;
+    gw_engine_stream_unwanted(ex);
+  }
   if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
     gw_engine_stream_drained(ex);
   if (ex->stream_ended && ex->stream_writes == 0)
@@ -502,8 +504,10 @@ static void stream_write_cb(uv_write_t *req, int status) {
 /* Write parts as one block (copied: the caller's bytes are gone after). */
 static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
   gw_conn *c = ex->conn;
-  if (c->closing || ex->stream_failed)
+  if (c->closing || ex->stream_failed) {
+    gw_engine_stream_unwanted(ex); /* no one to send the rest to */
     return;
+  }
   size_t len = 0;
   for (int i = 0; i < n; i++)
     len += parts[i].len;

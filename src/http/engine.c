@@ -306,16 +306,28 @@ void gw_engine_stream_drained(gw_exchange *ex) {
   }
 }
 
+/* Nobody reads the rest: drop the upstream connection instead of reading
+ * the answer to its end (a cancelled download of gigabytes). The request
+ * ran either way; a keyed one is settled already (the stored 502). */
+void gw_engine_stream_unwanted(gw_exchange *ex) {
+  if (!ex->upstream_cut) {
+    ex->upstream_cut = 1;
+    upstream_abort(&ex->up);
+  }
+}
+
 static const upstream_stream stream_cbs = {on_stream_head, on_stream_data, 0};
 
 /* The upstream is done with an answer that streams to the client. */
 static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
-  gw_metrics_outcome(kind != UP_OK   ? (kind == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
+  /* cut by us because the client left: not an upstream failure */
+  upstream_kind seen = ex->upstream_cut && kind == UP_RESET ? UP_OK : kind;
+  gw_metrics_outcome(seen != UP_OK   ? (seen == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
                                                           : GW_OUT_UPSTREAM_ERROR)
                      : ex->claimed ? GW_OUT_EXECUTED
                      : ex->bypass  ? GW_OUT_STORE_BYPASS
                                    : GW_OUT_PASSTHROUGH);
-  if (kind != UP_OK)
+  if (seen != UP_OK)
     fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
             ex->req->method, log_len(ex->req), ex->req->target.p, up_kind_text[kind]);
   gw_conn_stream_end(ex, kind == UP_OK && !ex->stream_failed);

@@ -84,6 +84,7 @@ typedef struct gw_exchange {
   int stream_ended;
   int stream_failed;
   int up_paused;       /* the upstream is paused for backpressure */
+  int upstream_cut;    /* the client left a streamed answer: upstream dropped */
   /* a keyed answer past --max-response (engine.c, "answers too large to
    * keep"): its marker is being stored, the answer waits in up.body */
   int spilling;
@@ -137,6 +138,9 @@ void gw_conn_drain_all(gw_worker *w);
 void gw_engine_handle(gw_exchange *ex);
 /* conn.c: a streamed answer's writes drained; resume the upstream. */
 void gw_engine_stream_drained(gw_exchange *ex);
+/* conn.c: the client of a streamed answer is gone (closed, or a write
+ * failed): stop reading the upstream's answer. */
+void gw_engine_stream_unwanted(gw_exchange *ex);
 
 /* ---- server.c ---- */
 

@@ -33,6 +33,7 @@ typedef struct up_conn {
   int is_head, retry_safe;
   const upstream_stream *stream;
   int streaming; /* the head went to stream->on_head */
+  int abandoned; /* upstream_abort: closing, never reused */
   upstream_response *resp;
   upstream_cb cb;
   void *arg;
@@ -208,7 +209,7 @@ static void on_pool_idle_timer(uv_timer_t *t) { conn_close(t->data); }
 
 /* A full answer arrived; leftover bytes mean the upstream misbehaves. */
 static void answered(up_conn *c, int leftover) {
-  int keep = http_should_keep_alive(&c->p) && !leftover && !c->pool->closing &&
+  int keep = http_should_keep_alive(&c->p) && !leftover && !c->pool->closing && !c->abandoned &&
              c->pool->nidle < MAX_IDLE && c->p.upgrade == 0;
   c->resp->keep_alive = keep;
   if (keep) {
@@ -441,7 +442,7 @@ upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
 
 void upstream_pause(upstream_response *resp, int paused) {
   up_conn *c = resp->conn;
-  if (!c || c->state != UC_BUSY)
+  if (!c || c->state != UC_BUSY || c->abandoned)
     return;
   if (paused) {
     /* the timer keeps running: a client that stops reading for longer than
@@ -451,6 +452,24 @@ void upstream_pause(upstream_response *resp, int paused) {
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
   }
+}
+
+/* Deferred: upstream_abort may be called from inside on_data, with
+ * http_parser still running on this connection's read. */
+static void on_abandoned(uv_timer_t *t) {
+  up_conn *c = t->data;
+  if (c->state == UC_BUSY)
+    finish(c, UP_RESET);
+  conn_close(c);
+}
+
+void upstream_abort(upstream_response *resp) {
+  up_conn *c = resp->conn;
+  if (!c || c->state != UC_BUSY || c->abandoned)
+    return;
+  c->abandoned = 1;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  uv_timer_start(&c->timer, on_abandoned, 0, 0);
 }
 
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,

@@ -48,6 +48,12 @@ typedef struct {
 /* Backpressure for a streaming answer: stop (1) or resume (0) reading. */
 void upstream_pause(upstream_response *resp, int paused);
 
+/* Give up a streaming answer nobody will read (its client left): reading
+ * stops and the connection is closed, not reused; the upstream_cb runs
+ * with UP_RESET from the loop, never from inside this call. A no-op once
+ * the answer is complete. */
+void upstream_abort(upstream_response *resp);
+
 void upstream_response_free(upstream_response *r);
 
 typedef struct upstream_pool upstream_pool;

@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from harness import GatewayTestCase, RawConn, request_bytes, main
+from harness import GatewayTestCase, RawConn, request_bytes, main, wait_for
 
 
 class PassThrough(GatewayTestCase):
@@ -113,6 +113,33 @@ class PassThrough(GatewayTestCase):
             self.assertEqual(r.status, 200, "%s %s: %r\n%s" % (m, rid, r, self.gw_log()))
             self.assertEqual(len(r.body), size, rid)
             self.assertTrue(r.body == body_bytes(rid, 1, size), "%s: body corrupted" % rid)
+
+    def test_client_leaving_a_download_cuts_the_upstream(self):
+        # A client that hangs up mid-download: the gateway drops the upstream
+        # connection instead of reading the rest of the answer (64 MiB, more
+        # than the socket buffers can hold, so the upstream sees the cut).
+        # Both ways an answer streams: pass-through, and a keyed answer past
+        # --max-response (settled first with a stored 502).
+        gw = self.start_gateway(self.up, "--max-response", "64KiB", admin=True)
+        size = str(64 * 1024 * 1024)
+        for rid, req in (("cut-get", request_bytes("GET", "/dl", headers={
+                              "X-Test-Id": "cut-get", "X-Test-Body-Bytes": size})),
+                         ("cut-keyed", request_bytes("POST", "/dl", b"x", key="cut-keyed", headers={
+                              "X-Test-Id": "cut-keyed", "X-Test-Body-Bytes": size}))):
+            c = RawConn(gw.port)
+            c.send(req)
+            self.assertTrue(c.sock.recv(65536).startswith(b"HTTP/1.1 200"), rid)
+            c.close()
+            wait_for(lambda: self.up.cut(rid), 20, what="the upstream connection cut (%s)" % rid)
+            self.assertEqual(self.up.count(rid), 1)
+        # the key is settled, the gateway goes on, nothing counted as failed
+        r = gw.request("POST", "/dl", body=b"x", key="cut-keyed")
+        self.assertProblem(r, 502, self.gw_log())
+        self.assertTrue(r.replayed)
+        self.assertEqual(gw.request("GET", "/after").status, 200, self.gw_log())
+        text = gw.admin_request("GET", "/metrics").body.decode()
+        self.assertNotRegex(text, r'(?m)^idem_requests_total\{outcome="upstream_error"\} [1-9]')
+        self.assertNotIn("midway", self.gw_log())
 
     def test_truncated_streamed_answer_is_not_made_whole(self):
         # the upstream dies mid-body of a pass-through answer: the client must

@@ -133,6 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
         rid = h.get("X-Test-Id")
         if rid is None:
             rid = h.get("Idempotency-Key") or ""
+        self.rid = rid
         fence = h.get("Idempotency-Fence")
         rec = {
             "id": rid,
@@ -265,7 +266,18 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.wfile.write(payload)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                # the gateway dropped the connection before the body was out
+                self.close_connection = True
+                owner = self.server.owner
+                with owner._lock:
+                    rid = getattr(self, "rid", "")
+                    owner._cut[rid] = owner._cut.get(rid, 0) + 1
+                    owner._cond.notify_all()
+                return
         self.wfile.flush()
 
     def do_GET(self):
@@ -290,6 +302,7 @@ class Upstream:
         self._counts = {}
         self._conn_seq = 0
         self._closed_after = 0
+        self._cut = {}  # id -> answers whose body the peer did not take whole
         self._open = set()
         self._stopping = threading.Event()
         self._server = None
@@ -343,6 +356,11 @@ class Upstream:
         """Distinct TCP connections that carried executed requests."""
         with self._lock:
             return len({r["conn"] for r in self._log})
+
+    def cut(self, rid):
+        """How many answers under rid the gateway dropped mid-body."""
+        with self._lock:
+            return self._cut.get(rid, 0)
 
     def idle_closes(self):
         """How many connections X-Test-Close-After has closed so far."""
