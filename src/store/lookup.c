@@ -1,7 +1,34 @@
 /* lookup.c - see lookup.h. */
 #include "store/lookup.h"
 
-#include <uv.h>
+#include <stdlib.h>
+
+typedef struct {
+  uv_getaddrinfo_t req;
+  idem_lookup_cb cb;
+  void *owner;
+} lookup;
+
+static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
+  lookup *l = req->data;
+  l->cb(l->owner, status, ai);
+  uv_freeaddrinfo(ai);
+  free(l);
+}
+
+int idem_lookup_start(uv_loop_t *loop, const char *host, idem_lookup_cb cb, void *owner) {
+  lookup *l = calloc(1, sizeof *l);
+  if (!l)
+    return UV_ENOMEM;
+  l->req.data = l;
+  l->cb = cb;
+  l->owner = owner;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  int rc = uv_getaddrinfo(loop, &l->req, on_lookup, host, NULL, &hints);
+  if (rc < 0)
+    free(l);
+  return rc;
+}
 
 int idem_lookup_addresses(const struct addrinfo *ai, idem_addr_text *out, int max) {
   int n = 0;

@@ -410,21 +410,13 @@ static int address_lists(const char *name, const struct addrinfo *ai, char *host
   return n;
 }
 
-typedef struct {
-  uv_getaddrinfo_t req;
-  pg_conn_t *c;
-} lookup;
-
-static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *ai) {
-  lookup *l = req->data;
-  pg_conn_t *c = l->c;
+static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
+  pg_conn_t *c = owner;
   pg_store *st = c->st;
   st->lookups--;
   c->lookup_out = 0;
   int n = status == 0 ? address_lists(st->lookup_host, ai, c->hosts, sizeof c->hosts, c->addrs,
                                       sizeof c->addrs) : 0;
-  uv_freeaddrinfo(ai);
-  free(l);
   if (c->state != C_CONNECTING || c->pg) {
     /* its attempt timed out (or the store closes): the next attempt
      * starts from these addresses */
@@ -458,19 +450,13 @@ static void conn_start(pg_conn_t *c) {
     conn_connect(c, c->hosts, c->addrs);
     return;
   }
-  lookup *l = calloc(1, sizeof *l);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  int rc = l ? uv_getaddrinfo(st->store->loop, &l->req, on_lookup, st->lookup_host, NULL, &hints)
-             : UV_ENOMEM;
+  int rc = idem_lookup_start(st->store->loop, st->lookup_host, on_lookup, c);
   if (rc < 0) {
-    free(l);
     char why[200];
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host, uv_strerror(rc));
     conn_fail(c, why);
     return;
   }
-  l->req.data = l;
-  l->c = c;
   c->lookup_out = 1;
   st->lookups++;
 }

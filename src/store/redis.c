@@ -890,22 +890,13 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   }
 }
 
-/* One resolution of the host name, on the thread pool. */
-typedef struct {
-  uv_getaddrinfo_t req;
-  rstore *rs;
-} resolution;
-
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *addrs) {
-  resolution *r = req->data;
-  rstore *rs = r->rs;
+static void on_resolved(void *owner, int status, const struct addrinfo *addrs) {
+  rstore *rs = owner;
   rs->resolves_open--;
   if (status == 0) {
     rs->naddrs = idem_lookup_addresses(addrs, rs->addrs, ADDRS_MAX);
     rs->next_addr = 0;
   }
-  uv_freeaddrinfo(addrs);
-  free(r);
   if (rs->state != R_CONNECTING || rs->ac) {
     /* its attempt timed out: the next one starts from these addresses */
     rs->addrs_ready = status == 0 && rs->naddrs > 0;
@@ -938,19 +929,8 @@ static void conn_start(rstore *rs) {
     connect_next(rs, "no address");
     return;
   }
-  resolution *r = calloc(1, sizeof *r);
-  if (r == NULL) {
-    conn_drop(rs, "out of memory");
-    return;
-  }
-  r->rs = rs;
-  r->req.data = r;
-  char port[8];
-  snprintf(port, sizeof port, "%d", rs->uri.port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  int rc = uv_getaddrinfo(rs->loop, &r->req, on_resolved, rs->uri.host, port, &hints);
+  int rc = idem_lookup_start(rs->loop, rs->uri.host, on_resolved, rs);
   if (rc < 0) {
-    free(r);
     char why[160];
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", rs->uri.host, uv_strerror(rc));
     conn_drop(rs, why);
