@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,12 @@ static int64_t mono_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+typedef struct {
+  unsigned long long writes, sectors, flushes;
+} dev_io;
+static int dev_io_read(const char *dir, dev_io *io);
+static void dev_io_print(const char *dir, const dev_io *before, unsigned long long n);
 
 /* ---- raw fsync rate ---------------------------------------------------- */
 
@@ -46,6 +54,8 @@ static int run_fsync(const char *dir, double seconds) {
     if (pwrite(fd, block, sizeof block, (off_t)i * 4096) != (ssize_t)sizeof block)
       return perror("pwrite"), 1;
   fsync(fd);
+  dev_io io0;
+  int has_io = dev_io_read(dir, &io0);
   int64_t start = mono_ns(), end = start + (int64_t)(seconds * 1e9), now;
   uint64_t n = 0;
   do {
@@ -54,12 +64,55 @@ static int run_fsync(const char *dir, double seconds) {
       return perror("write+fdatasync"), 1;
     n++;
   } while ((now = mono_ns()) < end);
+  double secs = (double)(now - start) / 1e9;
+  printf("mode=fsync syncs=%llu seconds=%.2f syncs_per_sec=%.0f", (unsigned long long)n, secs,
+         (double)n / secs);
+  if (has_io)
+    dev_io_print(dir, &io0, n);
+  printf("\n");
   close(fd);
   unlink(path);
-  double secs = (double)(now - start) / 1e9;
-  printf("mode=fsync syncs=%llu seconds=%.2f syncs_per_sec=%.0f\n", (unsigned long long)n, secs,
-         (double)n / secs);
   return 0;
+}
+
+/* ---- the disk's own counters ------------------------------------------ */
+
+/* Write requests, sectors written and flushes so far on the block device
+ * holding dir (/sys/dev/block/MAJ:MIN/stat); 0 when the kernel does not say
+ * (overlay and other virtual file systems). They count every process's I/O
+ * on that device, so they mean something on an otherwise quiet disk. */
+static int dev_io_read(const char *dir, dev_io *io) {
+  struct stat st;
+  char path[128];
+  unsigned long long f[17] = {0};
+  if (stat(dir, &st))
+    return 0;
+  snprintf(path, sizeof path, "/sys/dev/block/%u:%u/stat", major(st.st_dev), minor(st.st_dev));
+  FILE *fp = fopen(path, "r");
+  if (!fp)
+    return 0;
+  int n = 0;
+  while (n < 17 && fscanf(fp, "%llu", &f[n]) == 1)
+    n++;
+  fclose(fp);
+  if (n < 17)
+    return 0;
+  /* fields 5, 7 and 16 (1-based): write I/Os, sectors written, flush I/Os */
+  io->writes = f[4];
+  io->sectors = f[6];
+  io->flushes = f[15];
+  return 1;
+}
+
+/* What the device did per unit of work (a sync, a commit) since before. */
+static void dev_io_print(const char *dir, const dev_io *before, unsigned long long n) {
+  dev_io now;
+  if (!n || !dev_io_read(dir, &now))
+    return;
+  double per = 1.0 / (double)n;
+  printf(" dev_writes=%.1f dev_kb=%.1f dev_flushes=%.2f", (double)(now.writes - before->writes) * per,
+         (double)(now.sectors - before->sectors) / 2 * per,
+         (double)(now.flushes - before->flushes) * per);
 }
 
 /* ---- claim+complete pairs ---------------------------------------------- */
@@ -148,7 +201,8 @@ static void on_closed(idem_store *store, void *arg) {
   *(int *)arg = 1;
 }
 
-static int run_store(const char *mode, const char *uri, int concurrency, double seconds) {
+static int run_store(const char *mode, const char *uri, const char *dir, int concurrency,
+                     double seconds) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   bench b = {0};
@@ -165,6 +219,8 @@ static int run_store(const char *mode, const char *uri, int concurrency, double 
     return 1;
   idem_lmdb_stats before = {0}, after = {0};
   int is_lmdb = idem_lmdb_stats_get(b.store, &before) == 0;
+  dev_io io0;
+  int has_io = dir && dev_io_read(dir, &io0);
   int64_t start = mono_ns();
   b.end_ns = start + (int64_t)(seconds * 1e9);
   b.active = concurrency;
@@ -188,14 +244,19 @@ static int run_store(const char *mode, const char *uri, int concurrency, double 
   double p99 = b.nlat ? (double)b.lat[b.nlat * 99 / 100] / 1e6 : 0;
   uint64_t commits = after.commits - before.commits;
   uint64_t written = after.ops_written - before.ops_written;
+  double per = commits ? 1.0 / (double)commits : 0; /* per commit */
   printf("mode=%s concurrency=%d pairs=%llu seconds=%.2f pairs_per_sec=%.0f "
-         "commits=%llu ops_per_commit=%.1f commit_ms=%.3f in_commit_ms=%.3f max_batch=%llu p50_ms=%.2f "
-         "p99_ms=%.2f\n",
+         "commits=%llu ops_per_commit=%.1f commit_ms=%.3f in_commit_ms=%.3f apply_ms=%.3f "
+         "handback_ms=%.3f max_batch=%llu p50_ms=%.2f p99_ms=%.2f",
          mode, concurrency, (unsigned long long)b.pairs, secs, (double)b.pairs / secs,
-         (unsigned long long)commits, commits ? (double)written / (double)commits : 0,
-         commits ? secs * 1000 / (double)commits : 0,
-         commits ? (double)(after.commit_us - before.commit_us) / 1000 / (double)commits : 0,
+         (unsigned long long)commits, (double)written * per, secs * 1000 * per,
+         (double)(after.commit_us - before.commit_us) / 1000 * per,
+         (double)(after.apply_us - before.apply_us) / 1000 * per,
+         (double)(after.handback_us - before.handback_us) / 1000 * per,
          (unsigned long long)after.max_batch, p50, p99);
+  if (has_io)
+    dev_io_print(dir, &io0, commits);
+  printf("\n");
   free(b.lat);
   free(slots);
   return b.failed;
@@ -222,5 +283,5 @@ int main(int argc, char **argv) {
     snprintf(uri, sizeof uri, "lmdb:%s?batch=1", dir);
   else
     snprintf(uri, sizeof uri, "%s", mode);
-  return run_store(mode, uri, concurrency, seconds);
+  return run_store(mode, uri, strcmp(dir, "-") ? dir : NULL, concurrency, seconds);
 }

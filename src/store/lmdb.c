@@ -547,6 +547,8 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   lmdb_env *e = ((const lmdb_handle *)store->impl)->env;
   out->commits = atomic_load(&e->commits);
   out->commit_us = atomic_load(&e->commit_us);
+  out->apply_us = atomic_load(&e->apply_us);
+  out->handback_us = atomic_load(&e->handback_us);
   out->ops_written = atomic_load(&e->ops_written);
   out->ops_read = atomic_load(&e->ops_read);
   out->max_batch = atomic_load(&e->max_batch);

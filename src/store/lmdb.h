@@ -15,6 +15,8 @@ typedef struct {
   uint64_t ops_read;     /* operations answered from a read snapshot alone */
   uint64_t max_batch;    /* most operations in one commit so far */
   uint64_t commit_us;    /* time spent inside those commits (writes + fsyncs), us */
+  uint64_t apply_us;     /* time the writer spent applying operations before them, us */
+  uint64_t handback_us;  /* time it spent handing their results back to the loops, us */
   uint64_t swept;        /* expired records deleted by the sweeper and gc */
   uint64_t errors_full;  /* operations refused with IDEM_EFULL (map or disk full) */
   uint64_t errors_store; /* operations failed with IDEM_ESTORE or IDEM_ECORRUPT */

@@ -63,7 +63,7 @@ struct lmdb_env {
   uint64_t file_size; /* data.mdb's size when the writer last looked */
 
   /* counters (idem_lmdb_stats), any thread */
-  _Atomic uint64_t commits, commit_us, ops_written, ops_read, max_batch, swept,
+  _Atomic uint64_t commits, commit_us, apply_us, handback_us, ops_written, ops_read, max_batch, swept,
       errors_full, errors_store;
 };
 
