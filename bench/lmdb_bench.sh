@@ -104,6 +104,8 @@ ceiling_writer=$(echo "$round_ceilings" | awk '{ print $2 }' | sort -g | awk '{ 
 g_apply=$(median group "$conc" apply_ms)
 g_back=$(median group "$conc" handback_ms)
 g_wait=$(awk -v c="$g_commit" -v i="$g_in" -v a="$g_apply" -v b="$g_back" 'BEGIN { printf "%.3f", c - i - a - b }')
+# what 50x leaves for everything outside LMDB's commit, per cycle (medians)
+budget=$(awk -v n="$per_commit" -v s="$s_commit" -v i="$g_in" 'BEGIN { printf "%.3f", n * s / 50 - i }')
 in_vs=$(awk -v g="$g_in" -v s="$s_in" 'BEGIN { printf "%.2f", (s > 0 ? g / s : 0) }')
 dev() { # mode concurrency: "W write requests, K KiB, F flushes" per commit (median)
   local w k f
@@ -156,8 +158,8 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "commit before, so this cannot overlap it). A single-operation cycle took"
   echo "${s_commit} ms, ${s_in} ms of it inside LMDB."
   echo
-  echo "On the device (its own counters, /sys/dev/block/*/stat; the disk was otherwise"
-  echo "quiet): a commit of one operation is $(dev single "$conc"); a commit of"
+  echo "On the device (its own counters, /sys/dev/block/*/stat, which count every"
+  echo "process's I/O on it): a commit of one operation is $(dev single "$conc"); a commit of"
   echo "$per_commit is $(dev group "$conc"); a bare 4 KiB write +"
   echo "fdatasync is $(dev fsync 0). Both commits pay the same two"
   echo "flushes, but the batch writes about twice the bytes in more requests, so"
@@ -166,8 +168,10 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "The ratio is ops per commit x (single cycle / group cycle). Its ceilings"
   echo "within each round of this run, medians: **${ceiling_commit}x** if a group cycle"
   echo "were LMDB's commit alone, **${ceiling_writer}x** if the writer never waited for"
-  echo "callers (apply + commit + hand back). The aim of 50x lies above the second:"
-  echo "with a write transaction per batch, as this store commits, it would take a"
+  echo "callers (apply + commit + hand back). 50x would leave ${budget} ms per cycle"
+  echo "for everything outside LMDB's commit (applying the batch, handing it back,"
+  echo "the callers' turn on the loop), against ${g_apply} ms for applying alone."
+  echo "With a write transaction per batch, as this store commits, it would take a"
   echo "batch commit that costs less against a single one than this disk allows (for"
   echo "instance a separate append-only log with one flush per batch). The head"
   echo "comment of src/store/lmdb_writer.c lists what was tried to shorten the cycle."
