@@ -2,6 +2,8 @@
 #include "store/lookup.h"
 
 #include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
 
 typedef struct {
   uv_getaddrinfo_t req;
@@ -42,4 +44,41 @@ int idem_lookup_addresses(const struct addrinfo *ai, idem_addr_text *out, int ma
     n++;
   }
   return n;
+}
+
+static int slow_index(const idem_slow_addrs *s, const char *addr) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->addr[i], addr) == 0)
+      return i;
+  return -1;
+}
+
+void idem_slow_addrs_forget(idem_slow_addrs *s, const char *addr) {
+  int i = slow_index(s, addr);
+  if (i < 0)
+    return;
+  memmove(s->addr[i], s->addr[i + 1], (size_t)(s->n - i - 1) * sizeof s->addr[0]);
+  s->n--;
+}
+
+void idem_slow_addrs_note(idem_slow_addrs *s, const char *addr) {
+  idem_slow_addrs_forget(s, addr);
+  if (s->n == IDEM_LOOKUP_MAX)
+    idem_slow_addrs_forget(s, s->addr[0]);
+  snprintf(s->addr[s->n++], sizeof s->addr[0], "%s", addr);
+}
+
+void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n) {
+  idem_addr_text sorted[IDEM_LOOKUP_MAX];
+  int k = 0;
+  if (n > IDEM_LOOKUP_MAX)
+    n = IDEM_LOOKUP_MAX;
+  for (int i = 0; i < n; i++)
+    if (slow_index(s, addrs[i]) < 0)
+      memcpy(sorted[k++], addrs[i], sizeof sorted[0]);
+  for (int j = 0; j < s->n; j++)
+    for (int i = 0; i < n; i++)
+      if (strcmp(addrs[i], s->addr[j]) == 0)
+        memcpy(sorted[k++], addrs[i], sizeof sorted[0]);
+  memcpy(addrs, sorted, (size_t)k * sizeof sorted[0]);
 }
