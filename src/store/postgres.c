@@ -35,7 +35,9 @@
  * DNS server would stall the loop and every request on it. So a connection
  * to one host given by name starts with uv_getaddrinfo on the thread pool,
  * and libpq gets the addresses as hostaddr, tried in order (host stays, once
- * per address, for TLS and .pgpass).
+ * per address, for TLS and .pgpass). libpq moves to the next address only
+ * when one refuses; one that stays silent until timeout= is tried after
+ * the others next time (idem_slow_addrs), shared by the store's connections.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -50,7 +52,6 @@
 #define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
-#define LOOKUP_MAX_ADDRS 8 /* addresses of the host name tried per attempt */
 
 enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
 
@@ -82,8 +83,8 @@ typedef struct {
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
   int lookup_out;     /* a lookup of the host is out (one at a time) */
   int addrs_ready;    /* the last lookup ended after its attempt: unused */
-  char hosts[LOOKUP_MAX_ADDRS * 257]; /* its "name,name,...": names <= 255 */
-  char addrs[LOOKUP_MAX_ADDRS * 47];  /* its "addr,addr,..." */
+  char hosts[IDEM_LOOKUP_MAX * 257]; /* its "name,name,...": names <= 255 */
+  char addrs[IDEM_LOOKUP_MAX * 47];  /* its "addr,addr,..." */
 } pg_conn_t;
 
 typedef struct {
@@ -105,6 +106,7 @@ struct pg_store {
   char *last_error;
   char *lookup_host; /* the host name to look up before connecting, or NULL */
   int lookups;       /* uv_getaddrinfo requests not yet called back */
+  idem_slow_addrs slow; /* its addresses that timed out: tried last */
 };
 
 static void conn_fail(pg_conn_t *c, const char *why);
@@ -308,9 +310,17 @@ static void conn_fail(pg_conn_t *c, const char *why) {
  * something is outstanding fails the connection, and with it them. */
 static void on_watchdog(uv_timer_t *timer) {
   pg_conn_t *c = timer->data;
-  char why[96];
-  snprintf(why, sizeof why, "no answer from the server within %lld ms",
-           (long long)c->st->uri.timeout_ms);
+  char why[160];
+  const char *addr = c->pg && c->st->lookup_host ? PQhostaddr(c->pg) : NULL;
+  if (addr && *addr && (c->state == C_CONNECTING || c->state == C_SETUP)) {
+    /* the next attempt tries this address after the name's others */
+    idem_slow_addrs_note(&c->st->slow, addr);
+    snprintf(why, sizeof why, "no answer from %.60s within %lld ms", addr,
+             (long long)c->st->uri.timeout_ms);
+  } else {
+    snprintf(why, sizeof why, "no answer from the server within %lld ms",
+             (long long)c->st->uri.timeout_ms);
+  }
   conn_fail(c, why);
 }
 
@@ -390,12 +400,14 @@ static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
   connect_step(c, PGRES_POLLING_WRITING);
 }
 
-/* "name,name,..." and "addr,addr,..." for the first LOOKUP_MAX_ADDRS
- * addresses of a lookup; 0 when it gave none. */
-static int address_lists(const char *name, const struct addrinfo *ai, char *hosts,
-                         size_t hosts_len, char *addrs, size_t addrs_len) {
-  idem_addr_text ip[LOOKUP_MAX_ADDRS];
-  int found = idem_lookup_addresses(ai, ip, LOOKUP_MAX_ADDRS), n = 0;
+/* "name,name,..." and "addr,addr,..." for the first IDEM_LOOKUP_MAX
+ * addresses of a lookup, those that timed out last; 0 when it gave none. */
+static int address_lists(const idem_slow_addrs *slow, const char *name,
+                         const struct addrinfo *ai, char *hosts, size_t hosts_len, char *addrs,
+                         size_t addrs_len) {
+  idem_addr_text ip[IDEM_LOOKUP_MAX];
+  int found = idem_lookup_addresses(ai, ip, IDEM_LOOKUP_MAX), n = 0;
+  idem_slow_addrs_last(slow, ip, found);
   size_t nh = 0, na = 0;
   for (; n < found; n++) {
     int wh = snprintf(hosts + nh, hosts_len - nh, "%s%s", n ? "," : "", name);
@@ -415,8 +427,9 @@ static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
   pg_store *st = c->st;
   st->lookups--;
   c->lookup_out = 0;
-  int n = status == 0 ? address_lists(st->lookup_host, ai, c->hosts, sizeof c->hosts, c->addrs,
-                                      sizeof c->addrs) : 0;
+  int n = status == 0 ? address_lists(&st->slow, st->lookup_host, ai, c->hosts, sizeof c->hosts,
+                                      c->addrs, sizeof c->addrs)
+                       : 0;
   if (c->state != C_CONNECTING || c->pg) {
     /* its attempt timed out (or the store closes): the next attempt
      * starts from these addresses */
@@ -508,6 +521,8 @@ static void setup_done(pg_conn_t *c) {
   }
   c->state = C_READY;
   c->backoff_ms = BACKOFF_MIN_MS;
+  if (c->st->lookup_host)
+    idem_slow_addrs_forget(&c->st->slow, PQhostaddr(c->pg));
 }
 
 /* The batch at the head has its sync: it committed, or nothing of it did. */

@@ -32,6 +32,10 @@
  * (uv_getaddrinfo): hiredis would call getaddrinfo on the loop thread, and a
  * slow DNS server during an outage would then stall every request of that
  * loop, replays and pass-through included. hiredis gets the numeric address.
+ * The name's addresses are tried in turn until one takes the connection;
+ * one whose attempt timed out is tried after the others next time
+ * (idem_slow_addrs), so a dead first address costs one connect timeout,
+ * not every attempt.
  */
 #include <netdb.h>
 #include <netinet/in.h>
@@ -53,7 +57,6 @@
 #define BACKOFF_MAX_MS 2000
 #define SCAN_COUNT "1000"
 #define LIST_BATCH 256
-#define ADDRS_MAX 8 /* addresses of the host name tried per attempt */
 
 typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;
 
@@ -76,8 +79,9 @@ typedef struct {
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
   int resolves_open;     /* 1 while a lookup of the host is out (one at a time) */
-  idem_addr_text addrs[ADDRS_MAX]; /* the last lookup's, in order */
+  idem_addr_text addrs[IDEM_LOOKUP_MAX]; /* the last lookup's, in order */
   int naddrs, next_addr;
+  idem_slow_addrs slow; /* addresses that timed out: tried last */
   int addrs_ready;       /* the last lookup ended after its attempt: unused */
   idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
   cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
@@ -848,8 +852,17 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 
 static void on_connect_timeout(uv_timer_t *t) {
   rstore *rs = t->data;
-  if (rs->state == R_CONNECTING)
+  if (rs->state != R_CONNECTING)
+    return;
+  if (!rs->ac) {
     conn_drop(rs, "connect timed out");
+    return;
+  }
+  const char *addr = rs->addrs[rs->next_addr - 1];
+  char why[120];
+  snprintf(why, sizeof why, "connect to %s timed out", addr);
+  idem_slow_addrs_note(&rs->slow, addr); /* the next attempt tries it last */
+  conn_drop(rs, why);
 }
 
 static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
@@ -876,6 +889,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
     return;
   rs->state = R_UP;
   rs->backoff_ms = BACKOFF_MIN_MS;
+  idem_slow_addrs_forget(&rs->slow, rs->addrs[rs->next_addr - 1]);
   uv_timer_stop(&rs->conn_timer);
   if (rs->last_error[0]) { /* quiet on a first connect, loud on a recovery */
     fprintf(stderr, "idem: redis %s:%d: connected again\n", rs->uri.host, rs->uri.port);
@@ -894,7 +908,7 @@ static void on_resolved(void *owner, int status, const struct addrinfo *addrs) {
   rstore *rs = owner;
   rs->resolves_open--;
   if (status == 0) {
-    rs->naddrs = idem_lookup_addresses(addrs, rs->addrs, ADDRS_MAX);
+    rs->naddrs = idem_lookup_addresses(addrs, rs->addrs, IDEM_LOOKUP_MAX);
     rs->next_addr = 0;
   }
   if (rs->state != R_CONNECTING || rs->ac) {
@@ -945,6 +959,8 @@ static void conn_start(rstore *rs) {
 static void connect_next(rstore *rs, const char *why) {
   char last[160];
   snprintf(last, sizeof last, "%s", why);
+  if (rs->next_addr == 0) /* a new attempt */
+    idem_slow_addrs_last(&rs->slow, rs->addrs, rs->naddrs);
   redisAsyncContext *ac = NULL;
   while (!ac && rs->next_addr < rs->naddrs) {
     ac = redisAsyncConnect(rs->addrs[rs->next_addr++], rs->uri.port);

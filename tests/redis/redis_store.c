@@ -333,6 +333,25 @@ static void host_name_is_resolved_off_the_loop(void **state) {
   slow_dns_stop();
 }
 
+/* The name's first address (127.0.0.2) takes the connection and never
+ * answers: that attempt times out, and the next one starts with the
+ * second address, where Redis is. Before, every attempt began with the
+ * silent one, so the store never came up. */
+static void address_that_timed_out_is_tried_last(void **state) {
+  (void)state;
+  int silent = slow_dns_silent_first(where.port);
+  assert_true(silent >= 0);
+  char uri[128];
+  snprintf(uri, sizeof uri, "redis://idem-test-two-addrs:%d?connect_timeout=300ms", where.port);
+  idem_sync *db = open_uri(uri);
+  idem_result res;
+  int err = run(db, claim_op("", key_of("silent-first"), 60000, TTL_LONG_MS), &res);
+  assert_true(err == IDEM_ESTORE || err == IDEM_ETIMEDOUT); /* waited on 127.0.0.2 */
+  claim_until_ok(db, key_of("silent-first"));
+  idem_sync_close(db);
+  close(silent);
+}
+
 /* Closing while the name's lookup is still out (slow_dns: 300 ms): the
  * close waits for it, and an operation submitted before the close is
  * answered once, by the connection made for it. ASan sees any use of the
@@ -645,6 +664,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(flushed_script_cache_is_reloaded),
       cmocka_unit_test(nothing_listening_fails_fast),
       cmocka_unit_test(host_name_is_resolved_off_the_loop),
+      cmocka_unit_test(address_that_timed_out_is_tried_last),
       cmocka_unit_test(closing_while_the_name_is_looked_up),
       cmocka_unit_test(lookup_slower_than_the_connect_timeout),
       cmocka_unit_test(killed_connection_fails_in_flight_then_recovers),

@@ -426,6 +426,27 @@ static void reconnect_tries_every_address_of_the_name(void **state) {
   close_store(&loop, store);
 }
 
+/* The name's first address (127.0.0.2) now takes connections and never
+ * answers: the reconnection there times out, and the next one starts with
+ * the second address, where the server is. Before, every attempt began
+ * with the silent one, so the store never came back. */
+static void address_that_timed_out_is_tried_last(void **state) {
+  (void)state;
+  const char *port = strstr(base_uri, "@127.0.0.1:");
+  if (!port)
+    skip();
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store = open_at_host(&loop, "idem-test-two-addrs",
+                                   "pool=1&timeout=500ms&application_name=idem-silent");
+  int silent = slow_dns_silent_first(atoi(port + strlen("@127.0.0.1:")));
+  assert_true(silent >= 0);
+  cut_connections("idem-silent");
+  claim_until_back(&loop, store, "silent");
+  close_store(&loop, store);
+  close(silent);
+}
+
 static void server_stop_and_start_fails_fast_then_recovers(void **state) {
   (void)state;
   const char *stop = getenv("IDEM_TEST_PG_STOP"), *start = getenv("IDEM_TEST_PG_START");
@@ -525,6 +546,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
       cmocka_unit_test(reconnect_tries_every_address_of_the_name),
+      cmocka_unit_test(address_that_timed_out_is_tried_last),
       cmocka_unit_test(closing_while_the_name_is_looked_up),
       cmocka_unit_test(lookup_slower_than_the_timeout),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
