@@ -46,7 +46,7 @@ int idem_lookup_addresses(const struct addrinfo *ai, idem_addr_text *out, int ma
   return n;
 }
 
-static int slow_index(const idem_slow_addrs *s, const char *addr) {
+int idem_slow_addrs_rank(const idem_slow_addrs *s, const char *addr) {
   for (int i = 0; i < s->n; i++)
     if (strcmp(s->addr[i], addr) == 0)
       return i;
@@ -54,7 +54,7 @@ static int slow_index(const idem_slow_addrs *s, const char *addr) {
 }
 
 void idem_slow_addrs_forget(idem_slow_addrs *s, const char *addr) {
-  int i = slow_index(s, addr);
+  int i = idem_slow_addrs_rank(s, addr);
   if (i < 0)
     return;
   memmove(s->addr[i], s->addr[i + 1], (size_t)(s->n - i - 1) * sizeof s->addr[0]);
@@ -74,7 +74,7 @@ void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n
   if (n > IDEM_LOOKUP_MAX)
     n = IDEM_LOOKUP_MAX;
   for (int i = 0; i < n; i++)
-    if (slow_index(s, addrs[i]) < 0)
+    if (idem_slow_addrs_rank(s, addrs[i]) < 0)
       memcpy(sorted[k++], addrs[i], sizeof sorted[0]);
   for (int j = 0; j < s->n; j++)
     for (int i = 0; i < n; i++)

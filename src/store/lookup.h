@@ -41,6 +41,8 @@ typedef struct {
 void idem_slow_addrs_note(idem_slow_addrs *s, const char *addr);
 /* addr answered: it is tried in its own turn again. */
 void idem_slow_addrs_forget(idem_slow_addrs *s, const char *addr);
+/* Where addr stands in s: -1 when it is not there (0: timed out longest ago). */
+int idem_slow_addrs_rank(const idem_slow_addrs *s, const char *addr);
 /* Reorder addrs[0..n): the ones not in s keep their order, then those in s,
  * in its order. */
 void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n);

@@ -33,13 +33,14 @@
  * every later (re)connection is asynchronous and checks it again. libpq
  * looks a host name up inside PQconnectStart, on the calling thread: a slow
  * DNS server would stall the loop and every request on it. So a connection
- * to one host given by name starts with uv_getaddrinfo on the thread pool,
- * and libpq gets the addresses as hostaddr, tried in order (host stays, once
- * per address, for TLS and .pgpass). libpq moves to the next address only
- * when one refuses; one that stays silent until timeout= is tried after
- * the others next time (idem_slow_addrs), shared by the store's connections.
+ * to hosts given by name (one, or a list such as a primary and its
+ * standby: postgres_hosts.c) starts with uv_getaddrinfo on the thread pool,
+ * and libpq gets the addresses as hostaddr, tried in order (host and port
+ * repeated per address: host serves TLS and .pgpass). libpq moves to the
+ * next address only when one refuses; one that stays silent until
+ * timeout= is tried after the others next time (idem_slow_addrs), shared
+ * by the store's connections.
  */
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,15 @@ typedef struct batch {
   PGresult **res;
 } batch;
 
+typedef struct pg_conn pg_conn_t;
+
+/* The owner of one host's lookup: which connection, which host. */
 typedef struct {
+  pg_conn_t *c;
+  int host;
+} pg_lookup;
+
+struct pg_conn {
   pg_store *st;
   int state;
   PGconn *pg;
@@ -81,11 +90,14 @@ typedef struct {
   batch *head, *tail; /* sent, waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
-  int lookup_out;     /* a lookup of the host is out (one at a time) */
-  int addrs_ready;    /* the last lookup ended after its attempt: unused */
-  char hosts[IDEM_LOOKUP_MAX * 257]; /* its "name,name,...": names <= 255 */
-  char addrs[IDEM_LOOKUP_MAX * 47];  /* its "addr,addr,..." */
-} pg_conn_t;
+  /* the hosts' lookups (see the top): one round at a time */
+  int lookups_out;    /* of this round, not yet called back */
+  int addrs_ready;    /* the last round ended after its attempt: unused */
+  pg_lookup lookup[IDEM_PG_HOSTS_MAX];
+  idem_pg_found found[IDEM_PG_HOSTS_MAX];
+  char lookup_error[200]; /* the round's first failure */
+  idem_pg_lists lists;    /* what libpq gets */
+};
 
 typedef struct {
   idem_req *head, *tail;
@@ -104,9 +116,9 @@ struct pg_store {
   int closing; /* 1: closing, 2: freed */
   int handles; /* libuv handles not yet closed */
   char *last_error;
-  char *lookup_host; /* the host name to look up before connecting, or NULL */
+  idem_pg_hosts hosts; /* looked up before each connection (n: 0, by libpq) */
   int lookups;       /* uv_getaddrinfo requests not yet called back */
-  idem_slow_addrs slow; /* its addresses that timed out: tried last */
+  idem_slow_addrs slow; /* their addresses that timed out: tried last */
 };
 
 static void conn_fail(pg_conn_t *c, const char *why);
@@ -186,7 +198,7 @@ static void maybe_closed(pg_store *st) {
   st->closing = 2;
   idem_store *store = st->store;
   free(st->uri.conninfo);
-  free(st->lookup_host);
+  idem_pg_hosts_free(&st->hosts);
   free(st->last_error);
   free(st->conns);
   free(st);
@@ -311,7 +323,7 @@ static void conn_fail(pg_conn_t *c, const char *why) {
 static void on_watchdog(uv_timer_t *timer) {
   pg_conn_t *c = timer->data;
   char why[160];
-  const char *addr = c->pg && c->st->lookup_host ? PQhostaddr(c->pg) : NULL;
+  const char *addr = c->pg && c->st->hosts.n ? PQhostaddr(c->pg) : NULL;
   if (addr && *addr && (c->state == C_CONNECTING || c->state == C_SETUP)) {
     /* the next attempt tries this address after the name's others */
     idem_slow_addrs_note(&c->st->slow, addr);
@@ -381,14 +393,16 @@ static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
   }
 }
 
-/* Start libpq's connection; at the looked-up addresses when hosts and
- * addrs are given (as many of each, comma-separated: libpq tries them in
- * order, as it tries every address of a name it looks up itself). */
-static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
-  if (addrs) {
+/* Start libpq's connection; at the looked-up addresses when lists is
+ * given (one entry per address: libpq tries them in order, as it tries
+ * every address of a name it looks up itself). */
+static void conn_connect(pg_conn_t *c, const idem_pg_lists *lists) {
+  if (lists) {
     /* later keywords override what the expanded URI (dbname) sets */
-    const char *const keys[] = {"dbname", "host", "hostaddr", NULL};
-    const char *const values[] = {c->st->uri.conninfo, hosts, addrs, NULL};
+    const char *const keys[] = {"dbname", "host", "hostaddr", lists->ports[0] ? "port" : NULL,
+                                NULL};
+    const char *const values[] = {c->st->uri.conninfo, lists->hosts, lists->addrs,
+                                  lists->ports, NULL};
     c->pg = PQconnectStartParams(keys, values, 1);
   } else {
     c->pg = PQconnectStart(c->st->uri.conninfo);
@@ -400,101 +414,85 @@ static void conn_connect(pg_conn_t *c, const char *hosts, const char *addrs) {
   connect_step(c, PGRES_POLLING_WRITING);
 }
 
-/* "name,name,..." and "addr,addr,..." for the first IDEM_LOOKUP_MAX
- * addresses of a lookup, those that timed out last; 0 when it gave none. */
-static int address_lists(const idem_slow_addrs *slow, const char *name,
-                         const struct addrinfo *ai, char *hosts, size_t hosts_len, char *addrs,
-                         size_t addrs_len) {
-  idem_addr_text ip[IDEM_LOOKUP_MAX];
-  int found = idem_lookup_addresses(ai, ip, IDEM_LOOKUP_MAX), n = 0;
-  idem_slow_addrs_last(slow, ip, found);
-  size_t nh = 0, na = 0;
-  for (; n < found; n++) {
-    int wh = snprintf(hosts + nh, hosts_len - nh, "%s%s", n ? "," : "", name);
-    int wa = snprintf(addrs + na, addrs_len - na, "%s%s", n ? "," : "", ip[n]);
-    if (wh < 0 || wa < 0 || (size_t)wh >= hosts_len - nh || (size_t)wa >= addrs_len - na)
-      break;
-    nh += (size_t)wh;
-    na += (size_t)wa;
-  }
-  if (n == 0)
-    hosts[0] = addrs[0] = '\0';
-  return n;
-}
-
-static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
-  pg_conn_t *c = owner;
+/* The round of lookups is over: connect, or keep the addresses for the
+ * next attempt if this one ended meanwhile. */
+static void lookups_done(pg_conn_t *c) {
   pg_store *st = c->st;
-  st->lookups--;
-  c->lookup_out = 0;
-  int n = status == 0 ? address_lists(&st->slow, st->lookup_host, ai, c->hosts, sizeof c->hosts,
-                                      c->addrs, sizeof c->addrs)
-                       : 0;
+  int n = idem_pg_hosts_lists(&st->hosts, c->found, &st->slow, &c->lists);
   if (c->state != C_CONNECTING || c->pg) {
     /* its attempt timed out (or the store closes): the next attempt
      * starts from these addresses */
     c->addrs_ready = n > 0;
   } else if (n > 0) {
-    conn_connect(c, c->hosts, c->addrs);
+    conn_connect(c, &c->lists);
   } else {
-    char why[200];
-    snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host,
-             status ? uv_strerror(status) : "no address");
-    conn_fail(c, why);
+    conn_fail(c, c->lookup_error);
   }
+}
+
+static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
+  pg_lookup *l = owner;
+  pg_conn_t *c = l->c;
+  pg_store *st = c->st;
+  st->lookups--;
+  idem_pg_found *f = &c->found[l->host];
+  f->n = status == 0 ? idem_lookup_addresses(ai, f->addr, IDEM_LOOKUP_MAX) : 0;
+  if (f->n == 0 && !c->lookup_error[0])
+    snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
+             st->hosts.name[l->host], status ? uv_strerror(status) : "no address");
+  if (--c->lookups_out == 0)
+    lookups_done(c);
   maybe_closed(st); /* a close may have been waiting for this lookup */
+}
+
+/* Look every host name up on the thread pool (numeric hosts stand for
+ * themselves); lookups_done follows when the last one answers. */
+static void lookups_start(pg_conn_t *c) {
+  pg_store *st = c->st;
+  c->lookup_error[0] = '\0';
+  c->lookups_out = 1; /* held while starting: done runs once, at the end */
+  for (int i = 0; i < st->hosts.n; i++) {
+    idem_pg_found *f = &c->found[i];
+    f->n = 0;
+    if (st->hosts.numeric[i]) {
+      snprintf(f->addr[0], sizeof f->addr[0], "%s", st->hosts.name[i]);
+      f->n = 1;
+      continue;
+    }
+    c->lookup[i] = (pg_lookup){c, i};
+    int rc = idem_lookup_start(st->store->loop, st->hosts.name[i], on_lookup, &c->lookup[i]);
+    if (rc < 0) {
+      if (!c->lookup_error[0])
+        snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
+                 st->hosts.name[i], uv_strerror(rc));
+      continue;
+    }
+    c->lookups_out++;
+    st->lookups++;
+  }
+  if (--c->lookups_out == 0)
+    lookups_done(c);
 }
 
 static void conn_start(pg_conn_t *c) {
   pg_store *st = c->st;
   c->state = C_CONNECTING;
-  watchdog(c, 1); /* bounds the whole connection attempt, lookup included */
-  if (!st->lookup_host) {
-    conn_connect(c, NULL, NULL);
+  watchdog(c, 1); /* bounds the whole connection attempt, lookups included */
+  if (!st->hosts.n) {
+    conn_connect(c, NULL);
     return;
   }
-  /* A DNS server slower than timeout=: the lookup of an attempt that timed
-   * out answers the next attempt (still out: when it comes; done: at once),
-   * so lookups never pile up and a slow one still counts. */
-  if (c->lookup_out)
+  /* A DNS server slower than timeout=: the lookups of an attempt that
+   * timed out answer the next attempt (still out: when they come; done: at
+   * once), so lookups never pile up and a slow one still counts. */
+  if (c->lookups_out)
     return;
   if (c->addrs_ready) {
     c->addrs_ready = 0;
-    conn_connect(c, c->hosts, c->addrs);
+    conn_connect(c, &c->lists);
     return;
   }
-  int rc = idem_lookup_start(st->store->loop, st->lookup_host, on_lookup, c);
-  if (rc < 0) {
-    char why[200];
-    snprintf(why, sizeof why, "cannot resolve %.100s: %s", st->lookup_host, uv_strerror(rc));
-    conn_fail(c, why);
-    return;
-  }
-  c->lookup_out = 1;
-  st->lookups++;
-}
-
-/* The host name reconnections look up themselves (see the top): NULL when
- * the URI gives an address, a socket directory, hostaddr or several hosts
- * (then libpq looks them up). */
-static char *lookup_name(const char *conninfo) {
-  PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
-  const char *host = NULL;
-  int has_addr = 0;
-  for (PQconninfoOption *o = opts; o && o->keyword; o++) {
-    if (!strcmp(o->keyword, "host") && o->val && o->val[0])
-      host = o->val;
-    else if (!strcmp(o->keyword, "hostaddr") && o->val && o->val[0])
-      has_addr = 1;
-  }
-  unsigned char buf[sizeof(struct in6_addr)];
-  char *name = NULL;
-  if (host && !has_addr && host[0] != '/' && host[0] != '@' && !strchr(host, ',') &&
-      strlen(host) <= 255 &&
-      inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1)
-    name = strdup(host);
-  PQconninfoFree(opts);
-  return name;
+  lookups_start(c);
 }
 
 /* ---- results ----------------------------------------------------------- */
@@ -521,7 +519,7 @@ static void setup_done(pg_conn_t *c) {
   }
   c->state = C_READY;
   c->backoff_ms = BACKOFF_MIN_MS;
-  if (c->st->lookup_host)
+  if (c->st->hosts.n)
     idem_slow_addrs_forget(&c->st->slow, PQhostaddr(c->pg));
 }
 
@@ -787,7 +785,9 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
   }
   st->store = store;
   st->uri = u;
-  st->lookup_host = lookup_name(u.conninfo);
+  /* names only: with numeric hosts alone libpq looks nothing up */
+  if (idem_pg_hosts_parse(u.conninfo, &st->hosts) && !idem_pg_hosts_looked_up(&st->hosts))
+    idem_pg_hosts_free(&st->hosts);
   st->nconns = u.pool;
   st->conns = conns;
   store->impl = st;

@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 
 #include "idem/idem.h"
+#include "store/lookup.h"
 
 /* The statements, in the order postgres_sql.c defines them. */
 typedef enum {
@@ -77,6 +78,43 @@ typedef struct {
 } idem_pg_uri;
 
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg);
+
+/* postgres_hosts.c: the hosts of a URI that the store looks up itself
+ * (off the loop) before each connection, and what libpq then gets. */
+#define IDEM_PG_HOSTS_MAX 8 /* entries of host=pg1,pg2,... taken over */
+#define IDEM_PG_ADDRS_MAX 16 /* (host, address) pairs handed to libpq */
+
+typedef struct {
+  int n;                         /* 0: libpq looks the hosts up itself */
+  char *name[IDEM_PG_HOSTS_MAX]; /* a name or a numeric address */
+  char *port[IDEM_PG_HOSTS_MAX]; /* each its own, or all NULL (one port for all) */
+  int numeric[IDEM_PG_HOSTS_MAX];
+} idem_pg_hosts;
+
+/* What a lookup of one host gave (a numeric host: itself). */
+typedef struct {
+  int n;
+  idem_addr_text addr[IDEM_LOOKUP_MAX];
+} idem_pg_found;
+
+/* Comma-separated, one entry per address, as libpq's host, hostaddr and
+ * port (ports empty when the URI has one port for all). */
+typedef struct {
+  char hosts[IDEM_PG_ADDRS_MAX * 256];
+  char addrs[IDEM_PG_ADDRS_MAX * INET6_ADDRSTRLEN];
+  char ports[IDEM_PG_ADDRS_MAX * 6];
+} idem_pg_lists;
+
+/* Fill *out from conninfo's host and port; returns out->n (0: left to
+ * libpq, and nothing to free). */
+int idem_pg_hosts_parse(const char *conninfo, idem_pg_hosts *out);
+void idem_pg_hosts_free(idem_pg_hosts *h);
+/* Whether any host is a name (else there is nothing to look up). */
+int idem_pg_hosts_looked_up(const idem_pg_hosts *h);
+/* The lists for found[0..h->n): the URI's order, addresses in slow after
+ * the others; returns how many entries (0: no address at all). */
+int idem_pg_hosts_lists(const idem_pg_hosts *h, const idem_pg_found *found,
+                        const idem_slow_addrs *slow, idem_pg_lists *out);
 
 /* A malloc'd "prefix: text" with text's trailing newline removed. */
 char *idem_pg_message(const char *prefix, const char *text);

@@ -380,6 +380,34 @@ static void reconnect_looks_the_host_up_off_the_loop(void **state) {
   close_store(&loop, store);
 }
 
+/* Several hosts (a primary and its standby, in one URI): each name is
+ * looked up off the loop too, and each address paired with its host's
+ * port. The first host, idem-test-two-addrs, has a silent address then
+ * the server's; the second, localhost, the server's. */
+static void several_hosts_are_looked_up_off_the_loop(void **state) {
+  (void)state;
+  const char *at = strstr(base_uri, "@127.0.0.1:");
+  if (!at)
+    skip();
+  int port = atoi(at + strlen("@127.0.0.1:"));
+  char hosts[128];
+  snprintf(hosts, sizeof hosts, "idem-test-two-addrs:%d,localhost", port);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store = open_at_host(&loop, hosts,
+                                   "pool=1&timeout=500ms&application_name=idem-hosts");
+  int silent = slow_dns_silent_first(port);
+  assert_true(silent >= 0);
+  slow_dns_watch(pthread_self());
+  cut_connections("idem-hosts");
+  claim_until_back(&loop, store, "hosts");
+  assert_true(slow_dns_lookups() >= 1); /* localhost too */
+  slow_dns_stop();
+  assert_int_equal(slow_dns_lookups_on_loop(), 0);
+  close_store(&loop, store);
+  close(silent);
+}
+
 /* Closing while a connection's lookup is still out (pool=2: the second
  * connection starts with one; slow_dns makes it take 300 ms): the close
  * waits for it. ASan sees any use of the freed store by the late lookup. */
@@ -547,6 +575,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),
       cmocka_unit_test(reconnect_tries_every_address_of_the_name),
       cmocka_unit_test(address_that_timed_out_is_tried_last),
+      cmocka_unit_test(several_hosts_are_looked_up_off_the_loop),
       cmocka_unit_test(closing_while_the_name_is_looked_up),
       cmocka_unit_test(lookup_slower_than_the_timeout),
       cmocka_unit_test(server_stop_and_start_fails_fast_then_recovers),
