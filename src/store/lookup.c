@@ -46,7 +46,7 @@ int idem_lookup_addresses(const struct addrinfo *ai, idem_addr_text *out, int ma
   return n;
 }
 
-int idem_slow_addrs_rank(const idem_slow_addrs *s, const char *addr) {
+static int slow_index(const idem_slow_addrs *s, const char *addr) {
   for (int i = 0; i < s->n; i++)
     if (strcmp(s->addr[i], addr) == 0)
       return i;
@@ -54,7 +54,7 @@ int idem_slow_addrs_rank(const idem_slow_addrs *s, const char *addr) {
 }
 
 void idem_slow_addrs_forget(idem_slow_addrs *s, const char *addr) {
-  int i = idem_slow_addrs_rank(s, addr);
+  int i = slow_index(s, addr);
   if (i < 0)
     return;
   memmove(s->addr[i], s->addr[i + 1], (size_t)(s->n - i - 1) * sizeof s->addr[0]);
@@ -68,17 +68,28 @@ void idem_slow_addrs_note(idem_slow_addrs *s, const char *addr) {
   snprintf(s->addr[s->n++], sizeof s->addr[0], "%s", addr);
 }
 
-void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n) {
-  idem_addr_text sorted[IDEM_LOOKUP_MAX];
+void idem_slow_addrs_order(const idem_slow_addrs *s, const char *const *addrs, int n,
+                           int *order) {
   int k = 0;
-  if (n > IDEM_LOOKUP_MAX)
-    n = IDEM_LOOKUP_MAX;
   for (int i = 0; i < n; i++)
-    if (idem_slow_addrs_rank(s, addrs[i]) < 0)
-      memcpy(sorted[k++], addrs[i], sizeof sorted[0]);
+    if (slow_index(s, addrs[i]) < 0)
+      order[k++] = i;
   for (int j = 0; j < s->n; j++)
     for (int i = 0; i < n; i++)
       if (strcmp(addrs[i], s->addr[j]) == 0)
-        memcpy(sorted[k++], addrs[i], sizeof sorted[0]);
-  memcpy(addrs, sorted, (size_t)k * sizeof sorted[0]);
+        order[k++] = i;
+}
+
+void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n) {
+  const char *view[IDEM_LOOKUP_MAX] = {0};
+  idem_addr_text copy[IDEM_LOOKUP_MAX];
+  int order[IDEM_LOOKUP_MAX];
+  if (n > IDEM_LOOKUP_MAX)
+    n = IDEM_LOOKUP_MAX;
+  for (int i = 0; i < n; i++)
+    view[i] = copy[i];
+  memcpy(copy, addrs, (size_t)n * sizeof copy[0]);
+  idem_slow_addrs_order(s, view, n, order);
+  for (int k = 0; k < n; k++)
+    memcpy(addrs[k], copy[order[k]], sizeof copy[0]);
 }

@@ -41,10 +41,11 @@ typedef struct {
 void idem_slow_addrs_note(idem_slow_addrs *s, const char *addr);
 /* addr answered: it is tried in its own turn again. */
 void idem_slow_addrs_forget(idem_slow_addrs *s, const char *addr);
-/* Where addr stands in s: -1 when it is not there (0: timed out longest ago). */
-int idem_slow_addrs_rank(const idem_slow_addrs *s, const char *addr);
-/* Reorder addrs[0..n): the ones not in s keep their order, then those in s,
- * in its order. */
+/* The order to try addrs[0..n) in: order[k] is the index of the k-th. The
+ * ones not in s keep their order, then come those in s, in its order. */
+void idem_slow_addrs_order(const idem_slow_addrs *s, const char *const *addrs, int n,
+                           int *order);
+/* Reorder addrs[0..n) (n <= IDEM_LOOKUP_MAX) in that order. */
 void idem_slow_addrs_last(const idem_slow_addrs *s, idem_addr_text *addrs, int n);
 
 #endif

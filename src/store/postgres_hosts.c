@@ -97,36 +97,29 @@ static void append(char *buf, size_t size, size_t *used, const char *text) {
     *used += (size_t)w;
 }
 
-typedef struct {
-  int host;         /* index in h */
-  const char *addr; /* one of its addresses */
-  int rank;         /* idem_slow_addrs_rank: -1 unless it timed out */
-} candidate;
-
 int idem_pg_hosts_lists(const idem_pg_hosts *h, const idem_pg_found *found,
                         const idem_slow_addrs *slow, idem_pg_lists *out) {
   /* every (host, address) in the URI's order, then those that timed out */
-  candidate all[IDEM_PG_HOSTS_MAX * IDEM_LOOKUP_MAX];
+  int host[IDEM_PG_HOSTS_MAX * IDEM_LOOKUP_MAX], order[IDEM_PG_HOSTS_MAX * IDEM_LOOKUP_MAX];
+  const char *addr[IDEM_PG_HOSTS_MAX * IDEM_LOOKUP_MAX] = {0};
   int n = 0;
   for (int i = 0; i < h->n; i++)
-    for (int j = 0; j < found[i].n; j++)
-      all[n++] = (candidate){i, found[i].addr[j], idem_slow_addrs_rank(slow, found[i].addr[j])};
-  for (int i = 1; i < n; i++) /* stable: insertion sort by rank */
-    for (int j = i; j > 0 && all[j - 1].rank > all[j].rank; j--) {
-      candidate t = all[j];
-      all[j] = all[j - 1];
-      all[j - 1] = t;
+    for (int j = 0; j < found[i].n; j++, n++) {
+      host[n] = i;
+      addr[n] = found[i].addr[j];
     }
+  idem_slow_addrs_order(slow, addr, n, order);
   if (n > IDEM_PG_ADDRS_MAX)
     n = IDEM_PG_ADDRS_MAX;
   size_t nh = 0, na = 0, np = 0;
   int with_ports = h->port[0] != NULL;
   for (int i = 0; i < n; i++) {
     /* sized for IDEM_PG_ADDRS_MAX entries: these always fit */
-    append(out->hosts, sizeof out->hosts, &nh, h->name[all[i].host]);
-    append(out->addrs, sizeof out->addrs, &na, all[i].addr);
+    int k = order[i];
+    append(out->hosts, sizeof out->hosts, &nh, h->name[host[k]]);
+    append(out->addrs, sizeof out->addrs, &na, addr[k]);
     if (with_ports)
-      append(out->ports, sizeof out->ports, &np, h->port[all[i].host]);
+      append(out->ports, sizeof out->ports, &np, h->port[host[k]]);
   }
   out->hosts[nh] = out->addrs[na] = out->ports[np] = '\0';
   return n;
