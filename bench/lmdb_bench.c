@@ -32,50 +32,11 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* ---- the disk's own counters ------------------------------------------ */
+
 typedef struct {
   unsigned long long writes, sectors, flushes;
 } dev_io;
-static int dev_io_read(const char *dir, dev_io *io);
-static void dev_io_print(const char *dir, const dev_io *before, unsigned long long n);
-
-/* ---- raw fsync rate ---------------------------------------------------- */
-
-static int run_fsync(const char *dir, double seconds) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/fsync.dat", dir);
-  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-  if (fd < 0)
-    return perror(path), 1;
-  static char block[4096];
-  memset(block, 'f', sizeof block);
-  /* a few blocks, rewritten in turn: the file's size stays put, as LMDB's
-   * meta pages do, so fdatasync flushes data, not metadata */
-  for (int i = 0; i < 16; i++)
-    if (pwrite(fd, block, sizeof block, (off_t)i * 4096) != (ssize_t)sizeof block)
-      return perror("pwrite"), 1;
-  fsync(fd);
-  dev_io io0;
-  int has_io = dev_io_read(dir, &io0);
-  int64_t start = mono_ns(), end = start + (int64_t)(seconds * 1e9), now;
-  uint64_t n = 0;
-  do {
-    if (pwrite(fd, block, sizeof block, (off_t)(n % 16) * 4096) != (ssize_t)sizeof block ||
-        fdatasync(fd))
-      return perror("write+fdatasync"), 1;
-    n++;
-  } while ((now = mono_ns()) < end);
-  double secs = (double)(now - start) / 1e9;
-  printf("mode=fsync syncs=%llu seconds=%.2f syncs_per_sec=%.0f", (unsigned long long)n, secs,
-         (double)n / secs);
-  if (has_io)
-    dev_io_print(dir, &io0, n);
-  printf("\n");
-  close(fd);
-  unlink(path);
-  return 0;
-}
-
-/* ---- the disk's own counters ------------------------------------------ */
 
 /* Write requests, sectors written and flushes so far on the block device
  * holding dir (/sys/dev/block/MAJ:MIN/stat); 0 when the kernel does not say
@@ -113,6 +74,43 @@ static void dev_io_print(const char *dir, const dev_io *before, unsigned long lo
   printf(" dev_writes=%.1f dev_kb=%.1f dev_flushes=%.2f", (double)(now.writes - before->writes) * per,
          (double)(now.sectors - before->sectors) / 2 * per,
          (double)(now.flushes - before->flushes) * per);
+}
+
+/* ---- raw fsync rate ---------------------------------------------------- */
+
+static int run_fsync(const char *dir, double seconds) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/fsync.dat", dir);
+  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  if (fd < 0)
+    return perror(path), 1;
+  static char block[4096];
+  memset(block, 'f', sizeof block);
+  /* a few blocks, rewritten in turn: the file's size stays put, as LMDB's
+   * meta pages do, so fdatasync flushes data, not metadata */
+  for (int i = 0; i < 16; i++)
+    if (pwrite(fd, block, sizeof block, (off_t)i * 4096) != (ssize_t)sizeof block)
+      return perror("pwrite"), 1;
+  fsync(fd);
+  dev_io io0;
+  int has_io = dev_io_read(dir, &io0);
+  int64_t start = mono_ns(), end = start + (int64_t)(seconds * 1e9), now;
+  uint64_t n = 0;
+  do {
+    if (pwrite(fd, block, sizeof block, (off_t)(n % 16) * 4096) != (ssize_t)sizeof block ||
+        fdatasync(fd))
+      return perror("write+fdatasync"), 1;
+    n++;
+  } while ((now = mono_ns()) < end);
+  double secs = (double)(now - start) / 1e9;
+  printf("mode=fsync syncs=%llu seconds=%.2f syncs_per_sec=%.0f", (unsigned long long)n, secs,
+         (double)n / secs);
+  if (has_io)
+    dev_io_print(dir, &io0, n);
+  printf("\n");
+  close(fd);
+  unlink(path);
+  return 0;
 }
 
 /* ---- claim+complete pairs ---------------------------------------------- */
