@@ -430,6 +430,13 @@ static void lookups_done(pg_conn_t *c) {
   }
 }
 
+/* Host i of the round gave no address: keep the round's first reason. */
+static void lookup_failed(pg_conn_t *c, int i, const char *why) {
+  if (!c->lookup_error[0])
+    snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
+             c->st->hosts.name[i], why);
+}
+
 static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
   pg_lookup *l = owner;
   pg_conn_t *c = l->c;
@@ -437,9 +444,8 @@ static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
   st->lookups--;
   idem_pg_found *f = &c->found[l->host];
   f->n = status == 0 ? idem_lookup_addresses(ai, f->addr, IDEM_LOOKUP_MAX) : 0;
-  if (f->n == 0 && !c->lookup_error[0])
-    snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
-             st->hosts.name[l->host], status ? uv_strerror(status) : "no address");
+  if (f->n == 0)
+    lookup_failed(c, l->host, status ? uv_strerror(status) : "no address");
   if (--c->lookups_out == 0)
     lookups_done(c);
   maybe_closed(st); /* a close may have been waiting for this lookup */
@@ -462,9 +468,7 @@ static void lookups_start(pg_conn_t *c) {
     c->lookup[i] = (pg_lookup){c, i};
     int rc = idem_lookup_start(st->store->loop, st->hosts.name[i], on_lookup, &c->lookup[i]);
     if (rc < 0) {
-      if (!c->lookup_error[0])
-        snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
-                 st->hosts.name[i], uv_strerror(rc));
+      lookup_failed(c, i, uv_strerror(rc));
       continue;
     }
     c->lookups_out++;

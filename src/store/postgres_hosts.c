@@ -75,9 +75,7 @@ int idem_pg_hosts_parse(const char *conninfo, idem_pg_hosts *out) {
       ok = 0; /* a socket directory: nothing to look up */
     out->numeric[i] = is_numeric(out->name[i]);
   }
-  out->n = n > 0 ? n : 0;
-  if (np <= 0) /* no list of ports: the URI's one (or libpq's default) serves all */
-    memset(out->port, 0, sizeof out->port);
+  out->n = n > 0 ? n : 0; /* without a list of ports, port[] stays NULL: one serves all */
   if (!ok)
     idem_pg_hosts_free(out);
   return out->n;
