@@ -332,6 +332,15 @@ static idem_store *open_at_host(uv_loop_t *loop, const char *host, const char *p
   return store;
 }
 
+/* The port of base_uri's server at 127.0.0.1 (the test skips when base_uri
+ * names no 127.0.0.1). */
+static int server_port(void) {
+  const char *at = strstr(base_uri, "@127.0.0.1:");
+  if (!at)
+    skip();
+  return atoi(at + strlen("@127.0.0.1:"));
+}
+
 /* Cut every server connection opened with this application_name. */
 static void cut_connections(const char *application) {
   char q[200];
@@ -386,10 +395,7 @@ static void reconnect_looks_the_host_up_off_the_loop(void **state) {
  * the server's; the second, localhost, the server's. */
 static void several_hosts_are_looked_up_off_the_loop(void **state) {
   (void)state;
-  const char *at = strstr(base_uri, "@127.0.0.1:");
-  if (!at)
-    skip();
-  int port = atoi(at + strlen("@127.0.0.1:"));
+  int port = server_port();
   char hosts[128];
   snprintf(hosts, sizeof hosts, "idem-test-two-addrs:%d,localhost", port);
   uv_loop_t loop;
@@ -460,14 +466,12 @@ static void reconnect_tries_every_address_of_the_name(void **state) {
  * with the silent one, so the store never came back. */
 static void address_that_timed_out_is_tried_last(void **state) {
   (void)state;
-  const char *port = strstr(base_uri, "@127.0.0.1:");
-  if (!port)
-    skip();
+  int port = server_port();
   uv_loop_t loop;
   uv_loop_init(&loop);
   idem_store *store = open_at_host(&loop, "idem-test-two-addrs",
                                    "pool=1&timeout=500ms&application_name=idem-silent");
-  int silent = slow_dns_silent_first(atoi(port + strlen("@127.0.0.1:")));
+  int silent = slow_dns_silent_first(port);
   assert_true(silent >= 0);
   cut_connections("idem-silent");
   claim_until_back(&loop, store, "silent");
