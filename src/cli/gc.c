@@ -40,7 +40,7 @@ int cmd_gc(int argc, char **argv) {
     if (dst && arg[7] == '=') {
       *dst = arg + 8;
     } else if (dst && arg[7] == '\0') {
-      if (i + 1 >= argc)
+      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
         return cli_usage_error("gc", "%s needs a value", arg);
       *dst = argv[++i];
     } else if (arg[0] == '-') {

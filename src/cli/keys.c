@@ -147,7 +147,8 @@ static int take_value(const char *name, int argc, char **argv, int *i, const cha
   }
   if (argv[*i][n] != '\0')
     return 0;
-  if (*i + 1 >= argc)
+  /* "--scope --store X": the scope's value was forgotten; "--" is no value */
+  if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2))
     return -1;
   *value = argv[++*i];
   return 1;

@@ -100,6 +100,8 @@ int cmd_migrate(int argc, char **argv) {
   while ((opt = getopt_long(argc, argv, "s:ch", options, NULL)) != -1) {
     switch (opt) {
     case 's':
+      if (!strncmp(optarg, "--", 2)) /* "--store --check": the URI was forgotten */
+        return cli_usage_error("migrate", "--store needs a value");
       uri = optarg;
       break;
     case 'c':

@@ -38,6 +38,13 @@ const char gw_config_usage[] =
     "  --upstream-timeout DUR    connect + answer deadline (default 30s)\n"
     "  --client-timeout DUR      deadline to receive one request (default 10s)\n"
     "  --idle-timeout DUR        keep-alive idle close (default 60s)\n"
+    "  --send-timeout DUR        close a client that reads nothing of its answer\n"
+    "                            for this long (default 60s)\n"
+    "  --max-conns N             client connections per worker (default 4096)\n"
+    "  --spool DIR|off           where answers wait, durable, while the store is\n"
+    "                            away (default ./idem-spool; unused on memory:)\n"
+    "  --drain-timeout DUR       on SIGTERM, the most time to finish requests in\n"
+    "                            flight and empty the spool (default 30s)\n"
     "  --admin-listen ADDR:PORT  /healthz, /metrics, /keys/KEY (default off)\n"
     "  --workers N               event-loop threads (default: number of cores)\n"
     "\n"
@@ -68,6 +75,10 @@ void gw_config_init(gw_config *cfg) {
   cfg->upstream_timeout_ms = 30 * 1000;
   cfg->client_timeout_ms = 10 * 1000;
   cfg->idle_timeout_ms = 60 * 1000;
+  cfg->send_timeout_ms = 60 * 1000;
+  cfg->drain_timeout_ms = 30 * 1000;
+  cfg->max_conns = 4096;
+  cfg->spool_dir = "./idem-spool";
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   cfg->workers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
 }
@@ -270,7 +281,8 @@ int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
         "--listen", "--upstream", "--store", "--ttl", "--lock-ttl", "--methods",
         "--scope-header", "--wait", "--on-store-error", "--max-body",
         "--max-response", "--max-header", "--upstream-timeout",
-        "--client-timeout", "--idle-timeout", "--admin-listen", "--workers"};
+        "--client-timeout", "--idle-timeout", "--admin-listen", "--workers",
+        "--send-timeout", "--drain-timeout", "--max-conns", "--spool"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
       if (!strcmp(name, valued[k]))
@@ -281,10 +293,13 @@ int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
     }
     if (eq)
       val = eq + 1;
-    else if (i + 1 < argc)
+    else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
       val = argv[++i];
     else {
-      set_err(err, errlen, "%s needs a value", name);
+      /* "--store --ttl 1s" is a forgotten value, not a store named --ttl */
+      set_err(err, errlen, "%s needs a value%s%s%s", name, i + 1 < argc ? "; got the flag '" : "",
+              i + 1 < argc ? argv[i + 1] : "",
+              i + 1 < argc ? "' (write --flag=VALUE for a value that starts with --)" : "");
       return -1;
     }
 
@@ -377,17 +392,29 @@ int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
                 val);
         return -1;
       }
-    } else if (!strcmp(name, "--workers")) {
-      char *end;
-      long n = strtol(val, &end, 10);
-      if (!*val || *end || n < 1 || n > 64) {
-        set_err(err, errlen,
-                "--workers: '%s' is not a worker count; use a number from 1 "
-                "to 64",
-                val);
+    } else if (!strcmp(name, "--send-timeout")) {
+      if (parse_dur(name, val, &cfg->send_timeout_ms, 0, err, errlen))
+        return -1;
+    } else if (!strcmp(name, "--drain-timeout")) {
+      if (parse_dur(name, val, &cfg->drain_timeout_ms, 0, err, errlen))
+        return -1;
+    } else if (!strcmp(name, "--spool")) {
+      if (!*val) {
+        set_err(err, errlen, "--spool: empty path; use a directory or off");
         return -1;
       }
-      cfg->workers = (int)n;
+      cfg->spool_dir = strcmp(val, "off") ? val : NULL;
+    } else if (!strcmp(name, "--workers") || !strcmp(name, "--max-conns")) {
+      int workers = !strcmp(name, "--workers");
+      long most = workers ? 64 : 1000000;
+      char *end;
+      long n = strtol(val, &end, 10);
+      if (!*val || *end || n < 1 || n > most) {
+        set_err(err, errlen, "%s: '%s' is not a %s; use a number from 1 to %ld", name, val,
+                workers ? "worker count" : "connection count", most);
+        return -1;
+      }
+      *(workers ? &cfg->workers : &cfg->max_conns) = (int)n;
     }
   }
   if (!have_upstream) {

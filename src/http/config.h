@@ -35,6 +35,10 @@ typedef struct {
   int64_t upstream_timeout_ms; /* --upstream-timeout, default 30s */
   int64_t client_timeout_ms; /* --client-timeout, default 10s */
   int64_t idle_timeout_ms;   /* --idle-timeout, default 60s */
+  int64_t send_timeout_ms;   /* --send-timeout, default 60s */
+  int64_t drain_timeout_ms;  /* --drain-timeout, default 30s */
+  int max_conns;             /* --max-conns, per worker, default 4096 */
+  const char *spool_dir;     /* --spool DIR, default ./idem-spool; NULL: off */
   int has_admin;
   gw_addr admin;             /* --admin-listen */
   int workers;               /* --workers, default: number of cores */

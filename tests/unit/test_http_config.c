@@ -45,6 +45,10 @@ static void test_defaults(void **state) {
   assert_int_equal(c.upstream_timeout_ms, 30000);
   assert_false(c.has_admin);
   assert_true(c.workers >= 1);
+  assert_int_equal(c.send_timeout_ms, 60000);
+  assert_int_equal(c.drain_timeout_ms, 30000);
+  assert_int_equal(c.max_conns, 4096);
+  assert_string_equal(c.spool_dir, "./idem-spool");
 }
 
 static void test_every_flag(void **state) {
@@ -58,7 +62,9 @@ static void test_every_flag(void **state) {
                  "--max-body", "64KiB", "--upstream-timeout", "5s",
                  "--admin-listen", "[::1]:9100", "--workers", "3",
                  "--max-response", "2MiB", "--max-header", "16KiB",
-                 "--client-timeout", "3s", "--idle-timeout", "1m");
+                 "--client-timeout", "3s", "--idle-timeout", "1m",
+                 "--send-timeout", "2s", "--drain-timeout", "5s", "--max-conns", "100",
+                 "--spool", "/var/lib/idem/spool");
   if (rc)
     fail_msg("%s", err);
   assert_string_equal(c.listen.host, "0.0.0.0");
@@ -84,6 +90,12 @@ static void test_every_flag(void **state) {
   assert_int_equal(c.max_header, 16384);
   assert_int_equal(c.client_timeout_ms, 3000);
   assert_int_equal(c.idle_timeout_ms, 60000);
+  assert_int_equal(c.send_timeout_ms, 2000);
+  assert_int_equal(c.drain_timeout_ms, 5000);
+  assert_int_equal(c.max_conns, 100);
+  assert_string_equal(c.spool_dir, "/var/lib/idem/spool");
+  assert_int_equal(PARSE(&c, err, UP, "--spool", "off"), 0);
+  assert_null(c.spool_dir);
 }
 
 static void test_addresses(void **state) {
@@ -133,6 +145,10 @@ static void test_bad_values(void **state) {
   expect_refused("--methods", "POST,,PUT", "POST,PATCH");
   expect_refused("--scope-header", "Bad Header", "Authorization");
   expect_refused("--workers", "0", "1 to 64");
+  expect_refused("--max-conns", "0", "1 to 1000000");
+  expect_refused("--send-timeout", "never", "30s");
+  expect_refused("--drain-timeout", "0", "30s");
+  expect_refused("--spool", "", "off");
 }
 
 static void test_usage_errors(void **state) {
@@ -145,6 +161,11 @@ static void test_usage_errors(void **state) {
   assert_non_null(strstr(err, "--bogus"));
   assert_int_equal(PARSE(&c, err, UP, "--ttl"), -1);
   assert_non_null(strstr(err, "--ttl needs a value"));
+  /* a flag is never taken as the value of the one before it */
+  assert_int_equal(PARSE(&c, err, UP, "--store", "--ttl", "1s"), -1);
+  assert_non_null(strstr(err, "--store needs a value"));
+  assert_non_null(strstr(err, "'--ttl'"));
+  assert_int_equal(PARSE(&c, err, UP, "--scope-header=--x"), 0); /* =VALUE takes anything */
   assert_int_equal(PARSE(&c, err, UP, "stray"), -1);
   assert_int_equal(PARSE(&c, err, "--help"), 1);
   assert_int_equal(PARSE(&c, err, UP, "--wait", "0"), 0);
