@@ -195,10 +195,19 @@ static void on_ready(idem_store *st, const idem_result *res, void *arg) {
   admin_conn *c = arg;
   (void)st;
   c->busy = 0;
+  size_t spooled = gw_metrics_spool_depth_get();
+  char body[96];
+  int len = spooled ? snprintf(body, sizeof body, "ready\nspool: %zu answers waiting for the store\n",
+                               spooled)
+                    : snprintf(body, sizeof body, "ready\n");
   if (!res->err || res->err == IDEM_ENOTFOUND)
-    reply(c, 200, "text/plain", "ready\n", 6);
-  else
-    reply_problem(c, 503, "store-unavailable", "Store unavailable", idem_strerror(res->err));
+    reply(c, 200, "text/plain", body, (size_t)len);
+  else {
+    char detail[160];
+    snprintf(detail, sizeof detail, "%s; spool: %zu answers waiting for the store",
+             idem_strerror(res->err), spooled);
+    reply_problem(c, 503, "store-unavailable", "Store unavailable", detail);
+  }
   admin_unref(c->a); /* the op's hold */
 }
 

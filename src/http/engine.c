@@ -20,6 +20,7 @@
 #include "http/gateway.h"
 #include "http/metrics.h"
 #include "http/policy.h"
+#include "http/spool.h"
 
 enum { AFTER_UPSTREAM_ANSWER = 0, AFTER_502_UNREACHABLE };
 
@@ -30,26 +31,6 @@ static void claim(gw_exchange *ex);
 static int log_len(const gw_request *r) { return (int)(r->target.len > 200 ? 200 : r->target.len); }
 
 static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
-
-/* ---- store handle ---- */
-
-static idem_store *worker_store(gw_worker *w) {
-  if (w->store)
-    return w->store;
-  uint64_t now = uv_now(&w->loop);
-  if (now < w->store_retry_at)
-    return NULL;
-  w->store_retry_at = now + 1000;
-  char *msg = NULL;
-  int rc = idem_store_open(&w->loop, w->cfg->store_uri, &w->store, &msg);
-  if (rc) {
-    fprintf(stderr, "idem serve: store %s: %s%s%s\n", w->cfg->store_uri,
-            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
-    free(msg);
-    w->store = NULL;
-  }
-  return w->store;
-}
 
 /* ---- answers ---- */
 
@@ -176,6 +157,13 @@ static void answer_replay(gw_exchange *ex, const idem_record *rec) {
   gw_conn_respond(ex, r->status, h->p, h->len, b->p, b->len, 0);
 }
 
+static void answer_mismatch(gw_exchange *ex) {
+  problem(ex, GW_OUT_MISMATCH, 422, "key-reused", "Idempotency-Key reused with a different request",
+          "this key was already used with a different method, target or body; use a new key "
+          "for a new request",
+          NULL);
+}
+
 /* ---- store failures ---- */
 
 static void store_failed(gw_exchange *ex, const char *op, int err) {
@@ -191,29 +179,17 @@ static void store_failed(gw_exchange *ex, const char *op, int err) {
           "Retry-After: 1\r\n");
 }
 
-/* ---- complete and release ---- */
+/* ---- keeping the answer ----
+ *
+ * A claimed request ran. Its answer reaches the client only once it is kept
+ * somewhere durable: in the store (complete); when the store is full, the
+ * small marker in its place (a 502 saying so: retries replay it and never
+ * run the request again); when the store fails, in the spool (spool.h),
+ * which this gateway replays from and which drains into the store once it
+ * answers. When nothing can keep it, the client gets 503 and the lease
+ * holds until it ends, as after a 504. ex->kept goes on once it is kept. */
 
-/* A complete is done: count it. If it failed, the client still gets the
- * upstream's answer, and the lease keeps immediate duplicates out until it
- * ends. */
-static void completed(gw_exchange *ex, const idem_result *res) {
-  gw_metrics_observe(GW_HIST_COMPLETE, since_us(ex->op_started_ns));
-  gw_metrics_leases(-1);
-  if (res->err) {
-    gw_metrics_complete_failed();
-    fprintf(stderr,
-            "idem serve: storing the answer of key '%s' (fence %" PRIu64
-            ") failed: %s\n",
-            ex->key, ex->fence, idem_strerror(res->err));
-  }
-}
-
-static void on_complete(idem_store *st, const idem_result *res, void *arg) {
-  gw_exchange *ex = arg;
-  (void)st;
-  completed(ex, res);
-  answer_upstream(ex, GW_OUT_EXECUTED);
-}
+static void keep_submit(gw_exchange *ex);
 
 /* Submit op on ex's claimed key (scope, key, fence filled in here), timed
  * for the latency histogram; a submit the store refuses reaches done at
@@ -232,17 +208,136 @@ static void submit_claimed(gw_exchange *ex, idem_op *op, idem_cb done) {
   }
 }
 
-static void complete(gw_exchange *ex, int status, const gw_buf *headers,
-                     const gw_buf *body, idem_cb done) {
+/* An operation on ex's claimed key, under the fence it holds. */
+static idem_op claimed_op(const gw_exchange *ex, idem_op_kind kind) {
   idem_op op = {0};
-  op.kind = IDEM_OP_COMPLETE;
+  op.kind = kind;
+  op.scope = ex->scope;
+  op.key = ex->key;
+  op.fence = ex->fence;
   op.ttl_ms = ex->w->cfg->ttl_ms;
-  op.response.status = status;
-  op.response.headers = headers->p ? headers->p : "";
-  op.response.headers_len = headers->len;
-  op.response.body = body->p ? body->p : "";
-  op.response.body_len = body->len;
-  submit_claimed(ex, &op, done);
+  return op;
+}
+
+static idem_op keep_op(gw_exchange *ex) {
+  idem_op op = claimed_op(ex, IDEM_OP_COMPLETE);
+  op.response.status = ex->keep_status;
+  op.response.headers = ex->keep_headers->p ? ex->keep_headers->p : "";
+  op.response.headers_len = ex->keep_headers->len;
+  op.response.body = ex->keep_body->p ? ex->keep_body->p : "";
+  op.response.body_len = ex->keep_body->len;
+  return op;
+}
+
+static void on_spooled(void *arg, int err) {
+  gw_exchange *ex = arg;
+  gw_metrics_leases(-1);
+  if (!err)
+    fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64
+                    ") waits in the spool for the store\n", ex->key, ex->fence);
+  else
+    fprintf(stderr, "idem serve: keeping the answer of key '%s' (fence %" PRIu64
+                    ") failed in the store and in the spool (%s); 503, the key stays locked "
+                    "until its lease ends\n", ex->key, ex->fence, idem_strerror(err));
+  ex->kept(ex, !err);
+}
+
+/* Nothing could keep the answer: the client must not get it. */
+static void answer_not_kept(gw_exchange *ex) {
+  problem(ex, GW_OUT_STORE_ERROR, 503, "answer-not-kept", "Answer not kept",
+          "the request ran, but its answer could not be kept; the key stays locked "
+          "until its lease ends",
+          "Retry-After: 1\r\n");
+}
+
+static void spool_answer(gw_exchange *ex) {
+  idem_op op = keep_op(ex);
+  gw_spool *sp = ex->w->spool;
+  int rc = sp ? gw_spool_put(sp, &ex->w->loop, &op, ex->fp, on_spooled, ex) : IDEM_ESTORE;
+  if (rc)
+    on_spooled(ex, rc);
+}
+
+/* The answer did not fit in the store: keep the marker instead. */
+static int keep_marker(gw_exchange *ex) {
+  gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
+  h->len = b->len = 0;
+  if (policy_not_kept(h, b, ex->keep_status, "did not fit in the store, which is full"))
+    return -1;
+  fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64 ", status %d) did "
+                  "not fit in the store; a 502 marker is kept in its place\n",
+          ex->key, ex->fence, ex->keep_status);
+  ex->keep_status = 502;
+  ex->keep_headers = h;
+  ex->keep_body = b;
+  ex->keep_is_marker = 1;
+  keep_submit(ex);
+  return 0;
+}
+
+static void on_kept(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  gw_metrics_observe(GW_HIST_COMPLETE, since_us(ex->op_started_ns));
+  if (!res->err) {
+    gw_metrics_leases(-1);
+    ex->kept(ex, 1);
+    return;
+  }
+  gw_metrics_complete_failed();
+  fprintf(stderr, "idem serve: storing the answer of key '%s' (fence %" PRIu64 ") failed: %s\n",
+          ex->key, ex->fence, idem_strerror(res->err));
+  if (res->err == IDEM_ESTALE) { /* the lease was taken over: the other answer is kept */
+    gw_metrics_leases(-1);
+    ex->kept(ex, 1);
+    return;
+  }
+  if (res->err == IDEM_EFULL && !ex->keep_is_marker && !keep_marker(ex))
+    return;
+  spool_answer(ex);
+}
+
+static void keep_submit(gw_exchange *ex) {
+  idem_op op = keep_op(ex);
+  submit_claimed(ex, &op, on_kept);
+}
+
+/* is_marker: what is kept is already the marker (a spilled answer). */
+static void keep(gw_exchange *ex, int status, const gw_buf *headers, const gw_buf *body,
+                 int is_marker, void (*kept)(gw_exchange *ex, int ok)) {
+  ex->keep_status = status;
+  ex->keep_headers = headers;
+  ex->keep_body = body;
+  ex->keep_is_marker = is_marker;
+  ex->kept = kept;
+  keep_submit(ex);
+}
+
+static void answer_executed(gw_exchange *ex, int kept) {
+  if (kept)
+    answer_upstream(ex, GW_OUT_EXECUTED);
+  else
+    answer_not_kept(ex);
+}
+
+/* ---- release ---- */
+
+static void answer_after_release(gw_exchange *ex) {
+  if (ex->after_release == AFTER_502_UNREACHABLE)
+    answer_upstream_failure(ex);
+  else
+    answer_upstream(ex, GW_OUT_RELEASED);
+}
+
+/* A release the store failed is worth a spool entry: the key runs again
+ * as soon as it drains, not only once the lease ends. Not a promise to the
+ * client, so the answer goes out whatever the spool says. */
+static void on_release_spooled(void *arg, int err) {
+  gw_exchange *ex = arg;
+  if (err)
+    fprintf(stderr, "idem serve: spooling the release of key '%s' failed too: %s\n", ex->key,
+            idem_strerror(err));
+  answer_after_release(ex);
 }
 
 static void on_release(idem_store *st, const idem_result *res, void *arg) {
@@ -252,14 +347,16 @@ static void on_release(idem_store *st, const idem_result *res, void *arg) {
   gw_metrics_leases(-1);
   if (res->err) {
     gw_metrics_release_failed();
-    fprintf(stderr,
-            "idem serve: releasing key '%s' (fence %" PRIu64 ") failed: %s\n",
-            ex->key, ex->fence, idem_strerror(res->err));
+    fprintf(stderr, "idem serve: releasing key '%s' (fence %" PRIu64 ") failed: %s\n", ex->key,
+            ex->fence, idem_strerror(res->err));
   }
-  if (ex->after_release == AFTER_502_UNREACHABLE)
-    answer_upstream_failure(ex);
-  else
-    answer_upstream(ex, GW_OUT_RELEASED);
+  if (!res->err || res->err == IDEM_ESTALE || !ex->w->spool) {
+    answer_after_release(ex);
+    return;
+  }
+  idem_op op = claimed_op(ex, IDEM_OP_RELEASE);
+  if (gw_spool_put(ex->w->spool, &ex->w->loop, &op, NULL, on_release_spooled, ex))
+    on_release_spooled(ex, IDEM_ENOMEM);
 }
 
 static void release(gw_exchange *ex, int after) {
@@ -342,10 +439,17 @@ static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
  * buffered so far, then the rest as it comes. The upstream is paused
  * meanwhile; what it had already sent waits in up.body. */
 
-static void on_spill_stored(idem_store *st, const idem_result *res, void *arg) {
-  gw_exchange *ex = arg;
-  (void)st;
-  completed(ex, res);
+static void on_spill_kept(gw_exchange *ex, int kept) {
+  if (!kept) {
+    /* the client must not get an answer nobody kept: cut the upstream,
+     * and answer 503 once it is gone (on_upstream) */
+    ex->spill_refused = 1;
+    if (ex->spill_ended)
+      answer_not_kept(ex);
+    else
+      upstream_abort(&ex->up);
+    return;
+  }
   ex->spilling = 0;
   on_stream_head(ex, &ex->up);
   gw_conn_stream_data(ex, ex->up.body.p, ex->up.body.len);
@@ -367,18 +471,14 @@ static void on_spill_head(void *arg, upstream_response *up) {
           "client only\n",
           ex->req->method, log_len(ex->req), ex->req->target.p, up->status, ex->key,
           ex->fence);
-  char detail[160];
-  snprintf(detail, sizeof detail,
-           "the request ran once and the upstream answered %d, but its answer was "
-           "larger than the gateway's --max-response and was not kept",
-           up->status);
-  gw_buf marker = {0}, headers = {0};
-  policy_problem(&marker, 502, "upstream-response-not-stored", "Upstream response not stored",
-                 detail);
-  gw_buf_puts(&headers, "Content-Type: application/problem+json\r\n");
-  complete(ex, 502, &headers, &marker, on_spill_stored); /* the store copies */
-  gw_buf_free(&marker);
-  gw_buf_free(&headers);
+  gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
+  h->len = b->len = 0;
+  if (policy_not_kept(h, b, up->status, "was larger than the gateway's --max-response")) {
+    gw_metrics_leases(-1);
+    on_spill_kept(ex, 0); /* out of memory */
+    return;
+  }
+  keep(ex, 502, h, b, 1, on_spill_kept);
 }
 
 static void on_spill_data(void *arg, const char *data, size_t len) {
@@ -397,9 +497,11 @@ static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
-  if (ex->spilling) { /* on_spill_stored ends it */
+  if (ex->spilling) { /* on_spill_kept ends it */
     ex->spill_ended = 1;
     ex->spill_kind = up->kind;
+    if (ex->spill_refused)
+      answer_not_kept(ex);
     return;
   }
   if (ex->streaming) {
@@ -420,7 +522,7 @@ static void on_upstream(void *arg, upstream_response *up) {
   switch (up->kind) {
   case UP_OK:
     if (policy_status_stored(up->status))
-      complete(ex, up->status, &ex->stored_headers, &up->body, on_complete);
+      keep(ex, up->status, &ex->stored_headers, &up->body, 0, answer_executed);
     else
       release(ex, AFTER_UPSTREAM_ANSWER);
     return;
@@ -538,11 +640,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     answer_replay(ex, res->record);
     return;
   case IDEM_MISMATCH:
-    problem(ex, GW_OUT_MISMATCH, 422, "key-reused",
-            "Idempotency-Key reused with a different request",
-            "this key was already used with a different method, target or "
-            "body; use a new key for a new request",
-            NULL);
+    answer_mismatch(ex);
     return;
   case IDEM_BUSY:
   default: {
@@ -584,8 +682,24 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   }
 }
 
+/* A key whose answer waits in this gateway's spool is answered from there:
+ * the store, even once back, still holds its lease until the spool drains. */
+static int replay_spooled(gw_exchange *ex) {
+  idem_record rec;
+  if (!ex->w->spool || !gw_spool_find(ex->w->spool, ex->scope, ex->key, &rec))
+    return 0;
+  if (memcmp(rec.fingerprint, ex->fp, sizeof ex->fp))
+    answer_mismatch(ex);
+  else
+    answer_replay(ex, &rec);
+  idem_record_clear(&rec);
+  return 1;
+}
+
 static void claim(gw_exchange *ex) {
-  idem_store *st = worker_store(ex->w);
+  if (replay_spooled(ex))
+    return;
+  idem_store *st = gw_worker_store(ex->w);
   if (!st) {
     store_failed(ex, "open", IDEM_ESTORE);
     return;

@@ -16,12 +16,14 @@
 #ifndef IDEM_HTTP_GATEWAY_H
 #define IDEM_HTTP_GATEWAY_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <uv.h>
 
 #include "http/config.h"
 #include "http/request.h"
+#include "http/spool.h"
 #include "http/upstream.h"
 #include "idem/idem.h"
 
@@ -41,6 +43,13 @@ typedef struct gw_worker {
   idem_store *store;      /* NULL while the store cannot be opened */
   uint64_t store_retry_at; /* uv_now of the next open attempt */
   upstream_pool *pool;
+  gw_spool *spool;        /* the process's spool, NULL when off */
+  uv_timer_t drain_timer; /* worker 0: drains the spool into the store */
+  int draining;           /* a drain round is in flight */
+  int drain_on;           /* drain_timer is initialised */
+  int pool_closing;       /* closing: pool, then store, then stop_async */
+  atomic_int loop_done;   /* set by the worker's thread as its loop ends */
+  uv_async_t *finished;   /* the main loop's: this worker's loop is done */
   struct sockaddr_storage upstream_addr;
   gw_conn *conns; /* every open client connection */
   size_t nconns;
@@ -62,6 +71,11 @@ typedef struct gw_exchange {
   int64_t wait_deadline; /* uv_now() ms; 0 when not waiting */
   unsigned wait_round;
   uint64_t op_started_ns;
+  /* the answer being kept (engine.c, "keeping the answer") */
+  int keep_status;
+  const gw_buf *keep_headers, *keep_body;
+  int keep_is_marker;
+  void (*kept)(struct gw_exchange *ex, int ok);
   int bypass;       /* the store failed and --on-store-error open let it by */
   int after_release; /* what to answer once the release is done */
   /* the upstream request and answer */
@@ -90,6 +104,7 @@ typedef struct gw_exchange {
   int spilling;
   int spill_ended;        /* the upstream finished meanwhile, with: */
   upstream_kind spill_kind;
+  int spill_refused;      /* nothing kept its marker: 503 once the upstream is gone */
 } gw_exchange;
 
 /* ---- conn.c ---- */
@@ -143,6 +158,10 @@ void gw_engine_stream_drained(gw_exchange *ex);
 void gw_engine_stream_unwanted(gw_exchange *ex);
 
 /* ---- server.c ---- */
+
+/* The worker's store handle, opened again (at most once a second) when it
+ * could not be: NULL while it cannot. */
+idem_store *gw_worker_store(gw_worker *w);
 
 /* The last connection of a stopping worker is gone: close pool and store. */
 void gw_worker_idle(gw_worker *w);

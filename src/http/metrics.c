@@ -20,6 +20,8 @@ static atomic_uint_fast64_t outcomes[GW_OUT_COUNT];
 static histogram hists[GW_HIST_COUNT];
 static atomic_int_fast64_t leases, connections;
 static atomic_uint_fast64_t complete_failed, release_failed;
+static atomic_uint_fast64_t spool_writes, spool_drained;
+static atomic_size_t spool_depth;
 
 static const char *const outcome_names[] = {
 #define GW_OUTCOME_NAME(name, text) text,
@@ -54,6 +56,13 @@ void gw_metrics_complete_failed(void) {
 }
 void gw_metrics_release_failed(void) {
   atomic_fetch_add_explicit(&release_failed, 1, memory_order_relaxed);
+}
+
+void gw_metrics_spool_depth(size_t n) { atomic_store_explicit(&spool_depth, n, memory_order_relaxed); }
+size_t gw_metrics_spool_depth_get(void) { return atomic_load_explicit(&spool_depth, memory_order_relaxed); }
+void gw_metrics_spool_write(void) { atomic_fetch_add_explicit(&spool_writes, 1, memory_order_relaxed); }
+void gw_metrics_spool_drained(void) {
+  atomic_fetch_add_explicit(&spool_drained, 1, memory_order_relaxed);
 }
 
 /* label: "" or one pair such as op="claim". */
@@ -109,17 +118,26 @@ int gw_metrics_render(gw_buf *out) {
       "# TYPE idem_inflight_leases gauge\nidem_inflight_leases %lld\n"
       "# HELP idem_client_connections Open client connections.\n"
       "# TYPE idem_client_connections gauge\nidem_client_connections %lld\n"
-      "# HELP idem_store_complete_failures_total Upstream answers that could "
-      "not be stored (answer still returned).\n"
+      "# HELP idem_store_complete_failures_total Completes the store failed or "
+      "refused (the answer went to the spool, or its marker to the store).\n"
       "# TYPE idem_store_complete_failures_total counter\n"
       "idem_store_complete_failures_total %llu\n"
       "# HELP idem_store_release_failures_total Releases that failed (the "
       "lease runs out instead).\n"
       "# TYPE idem_store_release_failures_total counter\n"
-      "idem_store_release_failures_total %llu\n",
+      "idem_store_release_failures_total %llu\n"
+      "# HELP idem_spool_entries Answers and releases in the spool, waiting "
+      "for the store.\n"
+      "# TYPE idem_spool_entries gauge\nidem_spool_entries %zu\n"
+      "# HELP idem_spool_writes_total Entries written to the spool.\n"
+      "# TYPE idem_spool_writes_total counter\nidem_spool_writes_total %llu\n"
+      "# HELP idem_spool_drained_total Spool entries drained into the store.\n"
+      "# TYPE idem_spool_drained_total counter\nidem_spool_drained_total %llu\n",
       (long long)atomic_load(&leases), (long long)atomic_load(&connections),
       (unsigned long long)atomic_load(&complete_failed),
-      (unsigned long long)atomic_load(&release_failed));
+      (unsigned long long)atomic_load(&release_failed), gw_metrics_spool_depth_get(),
+      (unsigned long long)atomic_load(&spool_writes),
+      (unsigned long long)atomic_load(&spool_drained));
 }
 
 int gw_metrics_render_store(gw_buf *out, const idem_store *store) {

@@ -6,6 +6,7 @@
 #ifndef IDEM_HTTP_METRICS_H
 #define IDEM_HTTP_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "http/msg.h"
@@ -43,6 +44,11 @@ void gw_metrics_leases(int delta);      /* leases this process holds */
 void gw_metrics_connections(int delta); /* open client connections */
 void gw_metrics_complete_failed(void);  /* complete refused or failed */
 void gw_metrics_release_failed(void);
+/* The spool (spool.c): entries waiting, entries written, entries drained. */
+void gw_metrics_spool_depth(size_t n);
+size_t gw_metrics_spool_depth_get(void);
+void gw_metrics_spool_write(void);
+void gw_metrics_spool_drained(void);
 
 /* Append the Prometheus exposition text. */
 int gw_metrics_render(gw_buf *out);

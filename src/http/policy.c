@@ -167,6 +167,18 @@ int policy_json_string(gw_buf *out, const char *s, size_t len) {
   return gw_buf_append(out, "\"", 1);
 }
 
+int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why) {
+  char detail[256];
+  snprintf(detail, sizeof detail,
+           "the request ran once and the upstream answered %d, but its answer %s and was "
+           "not kept",
+           status, why);
+  if (policy_problem(body, 502, "upstream-response-not-stored", "Upstream response not stored",
+                     detail))
+    return -1;
+  return gw_buf_puts(headers, "Content-Type: application/problem+json\r\n");
+}
+
 int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
                    const char *detail) {
   if (gw_buf_printf(out, "{\"type\":\"urn:idem:problem:%s\",\"title\":", slug) ||

@@ -53,6 +53,13 @@ const char *policy_reason(int status);
 int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
                    const char *detail);
 
+/* The record kept in place of an answer that could not be: a 502 problem
+ * (upstream-response-not-stored) saying that the request ran once, that the
+ * upstream answered status, and why its answer was not kept ("was larger
+ * than ..."). Retries replay it and never run the request again. Appends
+ * to headers and body; returns 0 or -1. */
+int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why);
+
 /* Append s as a JSON string (quotes included) to out. */
 int policy_json_string(gw_buf *out, const char *s, size_t len);
 

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ typedef struct {
   gw_worker *workers;
   int nworkers;
   gw_admin *admin;
+  gw_spool *spool;
+  uv_timer_t drain_deadline; /* SIGTERM + --drain-timeout: exit, whatever is left */
+  uv_async_t finished;       /* a worker's loop is done */
   int stopping;
 } gw_server;
 
@@ -141,10 +145,55 @@ static void on_connection(uv_stream_t *l, int status) {
 
 static void on_async_closed(uv_handle_t *h) { (void)h; }
 
+idem_store *gw_worker_store(gw_worker *w) {
+  if (w->store)
+    return w->store;
+  uint64_t now = uv_now(&w->loop);
+  if (now < w->store_retry_at)
+    return NULL;
+  w->store_retry_at = now + 1000;
+  char *msg = NULL;
+  int rc = idem_store_open(&w->loop, w->cfg->store_uri, &w->store, &msg);
+  if (rc) {
+    fprintf(stderr, "idem serve: store %s: %s%s%s\n", w->cfg->store_uri, idem_strerror(rc),
+            msg ? ": " : "", msg ? msg : "");
+    free(msg);
+    w->store = NULL;
+  }
+  return w->store;
+}
+
+/* ---- the spool's drain (worker 0) ----
+ * Rounds run every DRAIN_EVERY_MS, one at a time; a round with an empty
+ * spool is one read transaction. Stopping, worker 0 keeps draining until the
+ * spool is empty; the main thread's --drain-timeout ends that. */
+#define DRAIN_EVERY_MS 200
+
+static void worker_close(gw_worker *w);
+
+static void on_drain_round(void *arg, size_t failed) {
+  gw_worker *w = arg;
+  (void)failed; /* left in the spool: the next round tries again */
+  w->draining = 0;
+  if (w->stopped && !gw_spool_depth(w->spool))
+    worker_close(w);
+}
+
+static void on_drain_tick(uv_timer_t *t) {
+  gw_worker *w = t->data;
+  if (w->draining)
+    return;
+  idem_store *st = gw_worker_store(w);
+  w->draining = 1;
+  gw_spool_drain(w->spool, &w->loop, st, on_drain_round, w);
+}
+
 static void store_closed(idem_store *st, void *arg) {
   gw_worker *w = arg;
   (void)st;
   w->store = NULL;
+  if (w->drain_on)
+    uv_close((uv_handle_t *)&w->drain_timer, NULL);
   uv_close((uv_handle_t *)&w->stop_async, on_async_closed);
 }
 
@@ -154,14 +203,27 @@ static void pool_closed(void *arg) {
   if (w->store)
     idem_store_close(w->store, store_closed, w);
   else
-    uv_close((uv_handle_t *)&w->stop_async, on_async_closed);
+    store_closed(NULL, w);
 }
 
+static void worker_close(gw_worker *w) {
+  if (w->pool_closing)
+    return;
+  w->pool_closing = 1;
+  upstream_pool_close(w->pool, pool_closed, w);
+}
+
+/* Worker 0 empties the spool before it lets its store go. */
 void gw_worker_idle(gw_worker *w) {
   if (w->stopped)
     return;
   w->stopped = 1;
-  upstream_pool_close(w->pool, pool_closed, w);
+  if (w->spool && w->id == 0 && (w->draining || gw_spool_depth(w->spool))) {
+    fprintf(stderr, "idem serve: draining %zu spooled answers into the store before exiting\n",
+            gw_spool_depth(w->spool));
+    return; /* on_drain_round closes */
+  }
+  worker_close(w);
 }
 
 static void on_stop(uv_async_t *a) {
@@ -186,13 +248,17 @@ static void worker_main(void *arg) {
   /* named for top -H, perf and the gateway bench's CPU accounting */
   pthread_setname_np(pthread_self(), "idem-loop");
   uv_run(&w->loop, UV_RUN_DEFAULT);
+  atomic_store(&w->loop_done, 1);
+  uv_async_send(w->finished);
 }
 
 /* Everything that can fail happens here, on the main thread, before any
  * thread starts: errors are reported once and the exit code is honest. */
 static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
-                       const struct sockaddr_storage *up) {
+                       const struct sockaddr_storage *up, gw_server *srv) {
   w->cfg = cfg;
+  w->spool = srv->spool;
+  w->finished = &srv->finished;
   w->listen_fd = fd;
   w->listen_spare_fd = -1;
   memcpy(&w->upstream_addr, up, sizeof *up);
@@ -231,12 +297,40 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
       return rc == IDEM_EURI ? -2 : -1;
     w->store_retry_at = uv_now(&w->loop) + 1000;
   }
+  if (w->spool && w->id == 0) {
+    uv_timer_init(&w->loop, &w->drain_timer);
+    w->drain_timer.data = w;
+    uv_timer_start(&w->drain_timer, on_drain_tick, 0, DRAIN_EVERY_MS);
+    w->drain_on = 1;
+  }
   return 0;
 }
 
 /* ---- main loop: signals ---- */
 
 static void on_admin_stopped(void *arg) { (void)arg; }
+
+/* Every answer that was handed out is in the store or the spool, both
+ * durable: what is cut here was never acknowledged, and its lease holds. */
+static void on_drain_deadline(uv_timer_t *t) {
+  gw_server *srv = t->data;
+  fprintf(stderr, "idem serve: --drain-timeout reached; exiting with %zu answers in the spool "
+                  "(they drain at the next start) and requests still in flight cut\n",
+          srv->spool ? gw_spool_depth(srv->spool) : 0);
+  fflush(stderr);
+  _exit(0);
+}
+
+static void on_worker_finished(uv_async_t *a) {
+  gw_server *srv = a->data;
+  int done = 0;
+  for (int i = 0; i < srv->nworkers; i++)
+    done += atomic_load(&srv->workers[i].loop_done);
+  if (done < srv->nworkers)
+    return;
+  uv_close((uv_handle_t *)&srv->finished, NULL);
+  uv_close((uv_handle_t *)&srv->drain_deadline, NULL);
+}
 
 static void on_signal(uv_signal_t *s, int signum) {
   gw_server *srv = s->data;
@@ -247,10 +341,28 @@ static void on_signal(uv_signal_t *s, int signum) {
           signum == SIGTERM ? "SIGTERM" : "SIGINT");
   for (int i = 0; i < srv->nworkers; i++)
     uv_async_send(&srv->workers[i].stop_async);
+  uv_timer_start(&srv->drain_deadline, on_drain_deadline, (uint64_t)srv->cfg->drain_timeout_ms, 0);
   if (srv->admin)
     gw_admin_stop(srv->admin, on_admin_stopped, srv);
   uv_close((uv_handle_t *)&srv->sigterm, NULL);
   uv_close((uv_handle_t *)&srv->sigint, NULL);
+}
+
+/* The spool, for every store that can fail: memory: cannot. */
+static int open_spool(gw_server *srv) {
+  const gw_config *cfg = srv->cfg;
+  if (!cfg->spool_dir || !strncmp(cfg->store_uri, "memory:", 7))
+    return 0;
+  char err[512];
+  if (gw_spool_open(cfg->spool_dir, cfg->store_uri, &srv->spool, err, sizeof err)) {
+    fprintf(stderr, "idem serve: %s (--spool DIR, or --spool off)\n", err);
+    return -1;
+  }
+  if (gw_spool_depth(srv->spool))
+    fprintf(stderr, "idem serve: spool %s holds %zu answers from an earlier run; they drain "
+                    "into the store now\n",
+            cfg->spool_dir, gw_spool_depth(srv->spool));
+  return 0;
 }
 
 int gw_run(const gw_config *cfg) {
@@ -306,11 +418,11 @@ int gw_run(const gw_config *cfg) {
       return 1;
     }
   }
-  int rc = 0;
+  int rc = open_spool(&srv);
   int inited = 0;
   for (int i = 0; i < n && !rc; i++) {
     srv.workers[i].id = i;
-    rc = worker_init(&srv.workers[i], cfg, fds[i], &up);
+    rc = worker_init(&srv.workers[i], cfg, fds[i], &up, &srv);
     inited = i + 1;
   }
   int admin_fd = -1, admin_port = cfg->admin.port;
@@ -336,8 +448,9 @@ int gw_run(const gw_config *cfg) {
         uv_close((uv_handle_t *)&w->accept_timer, NULL);
       if (w->listen_spare_fd >= 0)
         close(w->listen_spare_fd);
+      w->stopped = 1;
       if (w->pool)
-        gw_worker_idle(w);
+        worker_close(w);
       else
         uv_close((uv_handle_t *)&w->stop_async, NULL);
       uv_run(&w->loop, UV_RUN_DEFAULT);
@@ -345,6 +458,7 @@ int gw_run(const gw_config *cfg) {
     }
     for (int i = inited; i < n; i++)
       close(fds[i]);
+    gw_spool_close(srv.spool);
     uv_loop_close(&srv.loop);
     free(fds);
     free(srv.workers);
@@ -355,6 +469,10 @@ int gw_run(const gw_config *cfg) {
     if (!srv.admin)
       fprintf(stderr, "idem serve: admin listener failed\n");
   }
+  uv_timer_init(&srv.loop, &srv.drain_deadline);
+  srv.drain_deadline.data = &srv;
+  uv_async_init(&srv.loop, &srv.finished, on_worker_finished);
+  srv.finished.data = &srv;
   uv_signal_init(&srv.loop, &srv.sigterm);
   uv_signal_init(&srv.loop, &srv.sigint);
   srv.sigterm.data = srv.sigint.data = &srv;
@@ -380,6 +498,7 @@ int gw_run(const gw_config *cfg) {
     uv_loop_close(&srv.workers[i].loop);
   }
   uv_loop_close(&srv.loop);
+  gw_spool_close(srv.spool);
   free(fds);
   free(srv.workers);
   return 0;

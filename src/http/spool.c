@@ -1,0 +1,446 @@
+/* spool.c - durable answers while the store is away (see spool.h). */
+#include "http/spool.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <lmdb.h>
+#include <openssl/evp.h>
+
+#include "core/scoped_key.h"
+#include "http/metrics.h"
+#include "http/policy.h"
+
+/* Sparse: the file holds only what is written. An answer is at most
+ * --max-response (4 GiB at the very most), and the spool holds the answers
+ * of the requests in flight when a store fails, so this is room to spare;
+ * past it a put fails and the client gets 503, the lease held. */
+#define SPOOL_MAP_SIZE (8ull << 30)
+#define STORE_ID_LEN 8 /* bytes of SHA-256(store URI) that prefix every key */
+#define KEY_MAX (STORE_ID_LEN + IDEM_SCOPED_KEY_MAX)
+#define DRAIN_BATCH 64
+#define ENTRY_VERSION 1
+#define ENTRY_HEAD 10 /* version, kind, 8-byte ttl_ms; the encoded record follows */
+
+struct gw_spool {
+  MDB_env *env;
+  MDB_dbi dbi;
+  unsigned char store_id[STORE_ID_LEN];
+  atomic_size_t depth;
+};
+
+/* ---- entries ---- */
+
+static void put_be64(unsigned char *p, uint64_t v) {
+  for (int i = 7; i >= 0; i--, v >>= 8)
+    p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v = v << 8 | p[i];
+  return v;
+}
+
+static size_t entry_key(const gw_spool *sp, const char *scope, const char *key,
+                        unsigned char out[KEY_MAX]) {
+  memcpy(out, sp->store_id, STORE_ID_LEN);
+  return STORE_ID_LEN + idem_scoped_key_encode(scope, key, out + STORE_ID_LEN);
+}
+
+/* A decoded entry: rec points into the bytes it was decoded from. */
+typedef struct {
+  idem_op_kind kind;
+  int64_t ttl_ms;
+  idem_record rec;
+} spool_entry;
+
+static int entry_decode(const unsigned char *p, size_t len, spool_entry *e) {
+  if (len < ENTRY_HEAD || p[0] != ENTRY_VERSION ||
+      (p[1] != IDEM_OP_COMPLETE && p[1] != IDEM_OP_RELEASE))
+    return IDEM_ECORRUPT;
+  e->kind = p[1];
+  e->ttl_ms = (int64_t)get_be64(p + 2);
+  return idem_record_decode(p + ENTRY_HEAD, len - ENTRY_HEAD, &e->rec);
+}
+
+/* The entry of op as bytes: malloc'd, *len set. */
+static unsigned char *entry_encode(const idem_op *op, const uint8_t *fingerprint, size_t *len) {
+  int64_t now = idem_now_ms();
+  idem_record rec = {0};
+  rec.state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_UNSEEN;
+  if (fingerprint)
+    memcpy(rec.fingerprint, fingerprint, IDEM_FINGERPRINT_LEN);
+  rec.fence = op->fence;
+  rec.created_at = rec.updated_at = now;
+  rec.expires_at = now + op->ttl_ms;
+  if (op->kind == IDEM_OP_COMPLETE)
+    rec.response = op->response;
+  size_t rlen = idem_record_encoded_len(&rec);
+  unsigned char *buf = malloc(ENTRY_HEAD + rlen);
+  if (!buf)
+    return NULL;
+  buf[0] = ENTRY_VERSION;
+  buf[1] = (unsigned char)op->kind;
+  put_be64(buf + 2, (uint64_t)op->ttl_ms);
+  idem_record_encode(&rec, buf + ENTRY_HEAD);
+  *len = ENTRY_HEAD + rlen;
+  return buf;
+}
+
+static int mdb_to_idem(int rc) {
+  return rc == MDB_MAP_FULL || rc == ENOSPC || rc == EDQUOT ? IDEM_EFULL : IDEM_ESTORE;
+}
+
+/* Entries of this store in txn (a cursor walk over its prefix: the spool
+ * holds a handful of entries, or none). */
+static size_t count_entries(gw_spool *sp, MDB_txn *txn) {
+  MDB_cursor *cur;
+  if (mdb_cursor_open(txn, sp->dbi, &cur))
+    return atomic_load(&sp->depth);
+  size_t n = 0;
+  MDB_val k = {STORE_ID_LEN, sp->store_id}, v;
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  while (!rc && k.mv_size > STORE_ID_LEN && !memcmp(k.mv_data, sp->store_id, STORE_ID_LEN)) {
+    n++;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  mdb_cursor_close(cur);
+  return n;
+}
+
+static void set_depth(gw_spool *sp, size_t n) {
+  atomic_store(&sp->depth, n);
+  gw_metrics_spool_depth(n);
+}
+
+/* ---- open, close ---- */
+
+int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *err,
+                  size_t errlen) {
+  gw_spool *sp = calloc(1, sizeof *sp);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned dlen = 0;
+  if (!sp || EVP_Digest(store_uri, strlen(store_uri), digest, &dlen, EVP_sha256(), NULL) != 1) {
+    free(sp);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  memcpy(sp->store_id, digest, STORE_ID_LEN);
+  const char *what = "mkdir";
+  int rc = mkdir(dir, 0700) && errno != EEXIST ? errno : 0;
+  MDB_txn *txn = NULL;
+  if (!rc && !(rc = mdb_env_create(&sp->env))) {
+    what = "open";
+    mdb_env_set_mapsize(sp->env, SPOOL_MAP_SIZE);
+    /* NOTLS: reads run on several loops and writes on the thread pool */
+    if (!(rc = mdb_env_open(sp->env, dir, MDB_NOTLS, 0600)) &&
+        !(rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn)) &&
+        !(rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi)))
+      set_depth(sp, count_entries(sp, txn));
+    if (txn)
+      mdb_txn_abort(txn);
+  }
+  if (rc) {
+    snprintf(err, errlen, "spool %s: cannot %s: %s", dir, what, mdb_strerror(rc));
+    if (sp->env)
+      mdb_env_close(sp->env);
+    free(sp);
+    return -1;
+  }
+  *out = sp;
+  return 0;
+}
+
+void gw_spool_close(gw_spool *sp) {
+  if (!sp)
+    return;
+  mdb_env_close(sp->env);
+  free(sp);
+}
+
+size_t gw_spool_depth(const gw_spool *sp) { return atomic_load(&sp->depth); }
+
+/* ---- writes, on the thread pool ---- */
+
+typedef struct {
+  uv_work_t work;
+  gw_spool *sp;
+  unsigned char key[KEY_MAX];
+  size_t key_len;
+  unsigned char *val; /* put: the entry; remove: NULL */
+  size_t val_len;
+  uint64_t fence; /* remove: only the entry under this fence */
+  int err;
+  gw_spool_cb cb;
+  void *arg;
+} spool_write;
+
+/* Whether the entry stored under w->key is the one w removes: a put of a
+ * newer fence (the key claimed again after a drain) must survive. */
+static int same_fence(MDB_txn *txn, const spool_write *w) {
+  MDB_val k = {w->key_len, (void *)w->key}, v;
+  spool_entry e;
+  if (mdb_get(txn, w->sp->dbi, &k, &v))
+    return 0;
+  return !entry_decode(v.mv_data, v.mv_size, &e) && e.rec.fence == w->fence;
+}
+
+static void write_work(uv_work_t *req) {
+  spool_write *w = req->data;
+  gw_spool *sp = w->sp;
+  MDB_txn *txn;
+  MDB_val k = {w->key_len, w->key}, v = {w->val_len, w->val};
+  int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+  if (rc) {
+    w->err = mdb_to_idem(rc);
+    return;
+  }
+  if (w->val)
+    rc = mdb_put(txn, sp->dbi, &k, &v, 0);
+  else if (same_fence(txn, w))
+    rc = mdb_del(txn, sp->dbi, &k, NULL);
+  size_t n = count_entries(sp, txn);
+  if (rc) {
+    mdb_txn_abort(txn);
+  } else if (!(rc = mdb_txn_commit(txn))) { /* durable: fsync before it returns */
+    set_depth(sp, n);
+  }
+  w->err = rc ? mdb_to_idem(rc) : 0;
+}
+
+static void write_done(uv_work_t *req, int status) {
+  spool_write *w = req->data;
+  int err = status ? IDEM_ESTORE : w->err;
+  gw_spool_cb cb = w->cb;
+  void *arg = w->arg;
+  free(w->val);
+  free(w);
+  cb(arg, err);
+}
+
+static int queue_write(gw_spool *sp, uv_loop_t *loop, spool_write *w) {
+  w->sp = sp;
+  w->work.data = w;
+  if (uv_queue_work(loop, &w->work, write_work, write_done)) {
+    free(w->val);
+    free(w);
+    return IDEM_ESTORE;
+  }
+  return 0;
+}
+
+int gw_spool_put(gw_spool *sp, uv_loop_t *loop, const idem_op *op, const uint8_t *fingerprint,
+                 gw_spool_cb cb, void *arg) {
+  spool_write *w = calloc(1, sizeof *w);
+  if (!w)
+    return IDEM_ENOMEM;
+  w->key_len = entry_key(sp, op->scope, op->key, w->key);
+  w->val = entry_encode(op, fingerprint, &w->val_len);
+  if (!w->val) {
+    free(w);
+    return IDEM_ENOMEM;
+  }
+  w->cb = cb;
+  w->arg = arg;
+  gw_metrics_spool_write();
+  return queue_write(sp, loop, w);
+}
+
+/* ---- reads ---- */
+
+int gw_spool_find(gw_spool *sp, const char *scope, const char *key, idem_record *rec) {
+  if (!atomic_load_explicit(&sp->depth, memory_order_relaxed))
+    return 0;
+  unsigned char kb[KEY_MAX];
+  MDB_val k = {entry_key(sp, scope, key, kb), kb}, v;
+  MDB_txn *txn;
+  spool_entry e;
+  int found = 0;
+  if (mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn))
+    return 0;
+  if (!mdb_get(txn, sp->dbi, &k, &v) && !entry_decode(v.mv_data, v.mv_size, &e) &&
+      e.kind == IDEM_OP_COMPLETE)
+    found = !idem_record_copy(rec, &e.rec);
+  mdb_txn_abort(txn);
+  return found;
+}
+
+/* ---- draining into the store ---- */
+
+typedef struct {
+  gw_spool *sp;
+  uv_loop_t *loop;
+  idem_store *store;
+  size_t pending, failed;
+  gw_spool_drain_cb done;
+  void *arg;
+} drain_round;
+
+typedef struct {
+  drain_round *round;
+  unsigned char key[KEY_MAX];
+  size_t key_len;
+  unsigned char *val; /* the entry's bytes: e.rec points into them */
+  spool_entry e;
+  char scope[IDEM_SCOPE_MAX + 1], name[IDEM_KEY_MAX + 1];
+  gw_buf marker_headers, marker_body; /* a complete the store found too big */
+} drain_item;
+
+static void item_finish(drain_item *it, int drained) {
+  drain_round *r = it->round;
+  if (!drained)
+    r->failed++;
+  gw_buf_free(&it->marker_headers);
+  gw_buf_free(&it->marker_body);
+  free(it->val);
+  free(it);
+  if (--r->pending == 0) {
+    r->done(r->arg, r->failed);
+    free(r);
+  }
+}
+
+static void on_removed(void *arg, int err) {
+  drain_item *it = arg;
+  if (err)
+    fprintf(stderr, "idem serve: spool: removing the drained entry of key '%s' failed: %s; "
+                    "it drains again (the store refuses it as stale)\n",
+            it->name, idem_strerror(err));
+  else
+    gw_metrics_spool_drained();
+  item_finish(it, 1);
+}
+
+static void item_remove(drain_item *it) {
+  spool_write *w = calloc(1, sizeof *w);
+  if (!w) {
+    item_finish(it, 0);
+    return;
+  }
+  memcpy(w->key, it->key, it->key_len);
+  w->key_len = it->key_len;
+  w->fence = it->e.rec.fence;
+  w->cb = on_removed;
+  w->arg = it;
+  if (queue_write(it->round->sp, it->round->loop, w))
+    item_finish(it, 0);
+}
+
+static void item_submit(drain_item *it);
+
+static void on_drained(idem_store *st, const idem_result *res, void *arg) {
+  drain_item *it = arg;
+  (void)st;
+  switch (res->err) {
+  case 0:
+    item_remove(it);
+    return;
+  case IDEM_ESTALE: /* the store has it already, or the lease moved on */
+  case IDEM_ENOTFOUND:
+  case IDEM_EINVAL: /* would never drain: say so and drop it */
+    if (res->err != IDEM_ESTALE || it->e.kind == IDEM_OP_RELEASE)
+      fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): %s; entry dropped\n", it->name,
+              (unsigned long long)it->e.rec.fence, idem_strerror(res->err));
+    item_remove(it);
+    return;
+  case IDEM_EFULL:
+    if (it->e.kind == IDEM_OP_COMPLETE && !it->marker_body.len &&
+        !policy_not_kept(&it->marker_headers, &it->marker_body, it->e.rec.response.status,
+                         "did not fit in the store, which is full")) {
+      it->e.rec.response.status = 502;
+      it->e.rec.response.headers = it->marker_headers.p;
+      it->e.rec.response.headers_len = it->marker_headers.len;
+      it->e.rec.response.body = it->marker_body.p;
+      it->e.rec.response.body_len = it->marker_body.len;
+      item_submit(it);
+      return;
+    }
+    /* fall through */
+  default:
+    item_finish(it, 0);
+  }
+}
+
+static void item_submit(drain_item *it) {
+  idem_op op = {0};
+  op.kind = it->e.kind;
+  op.scope = it->scope;
+  op.key = it->name;
+  op.fence = it->e.rec.fence;
+  op.ttl_ms = it->e.ttl_ms;
+  op.response = it->e.rec.response;
+  int rc = idem_store_submit(it->round->store, &op, on_drained, it);
+  if (rc) {
+    idem_result res = {.err = rc};
+    on_drained(it->round->store, &res, it);
+  }
+}
+
+/* A copy of the entry under the cursor, or NULL (not this store's, damaged:
+ * left where it is, and counted as not drained). */
+static drain_item *item_take(const MDB_val *k, const MDB_val *v) {
+  drain_item *it = calloc(1, sizeof *it);
+  if (!it || !(it->val = malloc(v->mv_size ? v->mv_size : 1))) {
+    free(it);
+    return NULL;
+  }
+  memcpy(it->key, k->mv_data, k->mv_size);
+  it->key_len = k->mv_size;
+  memcpy(it->val, v->mv_data, v->mv_size);
+  if (entry_decode(it->val, v->mv_size, &it->e) ||
+      idem_scoped_key_decode(it->key + STORE_ID_LEN, it->key_len - STORE_ID_LEN, it->scope,
+                             it->name)) {
+    fprintf(stderr, "idem serve: spool: a damaged entry was left in place\n");
+    free(it->val);
+    free(it);
+    return NULL;
+  }
+  return it;
+}
+
+/* Copy up to DRAIN_BATCH entries of this store out of the spool, so that no
+ * read transaction stays open while the store works. */
+static size_t take_batch(gw_spool *sp, drain_item **items) {
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  size_t n = 0;
+  if (mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn))
+    return 0;
+  set_depth(sp, count_entries(sp, txn));
+  if (!mdb_cursor_open(txn, sp->dbi, &cur)) {
+    MDB_val k = {STORE_ID_LEN, sp->store_id}, v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    while (!rc && n < DRAIN_BATCH && k.mv_size > STORE_ID_LEN &&
+           !memcmp(k.mv_data, sp->store_id, STORE_ID_LEN)) {
+      if ((items[n] = item_take(&k, &v)))
+        n++;
+      rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    }
+    mdb_cursor_close(cur);
+  }
+  mdb_txn_abort(txn);
+  return n;
+}
+
+void gw_spool_drain(gw_spool *sp, uv_loop_t *loop, idem_store *store, gw_spool_drain_cb done,
+                    void *arg) {
+  drain_round *r = calloc(1, sizeof *r);
+  drain_item *items[DRAIN_BATCH];
+  size_t n = r && store ? take_batch(sp, items) : 0;
+  if (!n) {
+    free(r);
+    done(arg, atomic_load(&sp->depth) ? 1 : 0);
+    return;
+  }
+  *r = (drain_round){sp, loop, store, n, 0, done, arg};
+  for (size_t i = 0; i < n; i++) {
+    items[i]->round = r;
+    item_submit(items[i]);
+  }
+}
