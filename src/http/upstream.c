@@ -318,8 +318,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   c->got += (size_t)nread;
-  if (c->streaming) /* a long download: the deadline is per read */
-    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
+  /* the timer is not re-armed here: --upstream-timeout bounds the whole
+   * answer, so an upstream that trickles cannot hold a request forever */
   const char *data = buf->base;
   size_t len = (size_t)nread;
   while (len) {
@@ -490,14 +490,12 @@ void upstream_pause(upstream_response *resp, int paused) {
   up_conn *c = resp->conn;
   if (!c || c->state != UC_BUSY || c->abandoned)
     return;
-  if (paused) {
-    /* the timer keeps running: a client that stops reading for longer than
-     * --upstream-timeout ends the transfer */
+  /* the deadline runs on either way: a client that reads too slowly to
+   * take the whole answer within --upstream-timeout gets it cut */
+  if (paused)
     uv_read_stop((uv_stream_t *)&c->tcp);
-  } else {
+  else
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
-  }
 }
 
 /* Deferred: upstream_abort may be called from inside on_data, with

@@ -2,10 +2,13 @@
 a 1xx other than 100 and 103 as the answer, any 101, a malformed status
 line) is a 502 upstream-bad-response, never relayed as it is; for a keyed
 request the lease is kept (409 until --lock-ttl, then a takeover with fence
-2), as for any request that was sent and got no valid answer."""
+2), as for any request that was sent and got no valid answer. And
+--upstream-timeout bounds the whole answer: an upstream that trickles one
+byte at a time cannot hold a request past it, a streamed answer is cut."""
 
 import socket
 import threading
+import time
 
 from harness import GatewayTestCase, RawConn, main, request_bytes, wait_for
 
@@ -122,6 +125,17 @@ class RawUpstream:
         return lines[0], headers
 
 
+def trickle(head, body, interval=0.3):
+    """An answer that sends its head, then its body one byte at a time."""
+    def send(conn, stopping):
+        conn.sendall(head)
+        for i in range(len(body)):
+            if stopping.wait(interval):
+                return
+            conn.sendall(body[i:i + 1])
+    return send
+
+
 class BadUpstream(GatewayTestCase):
     def raw_upstream(self, script):
         up = RawUpstream(script)
@@ -191,6 +205,59 @@ class BadUpstream(GatewayTestCase):
             self.assertEqual((r2.status, r2.body), (201, b"created"), name)
             self.assertTrue(r2.replayed, "%s: %r" % (name, r2))
             self.assertEqual(up.count(name), 1, name)
+
+    def _read_until_closed(self, c, deadline):
+        """Bytes the gateway sends until it closes the connection; fails the
+        test if it stays open past the deadline."""
+        got = b""
+        while True:
+            c.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = c.sock.recv(65536)
+            except socket.timeout:
+                self.fail("the answer was still open at the deadline; got %d bytes\n%s"
+                          % (len(got), self.gw_log()))
+            except ConnectionResetError:
+                return got
+            if not chunk:
+                return got
+            got += chunk
+
+    def test_trickling_answer_is_cut_at_upstream_timeout(self):
+        # 1000 bytes at one byte per 300 ms would take 300 s; --upstream-timeout
+        # 2s bounds the whole answer, so the client sees it cut long before
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+        up = self.raw_upstream(lambda rid, n: trickle(head, b"t" * 1000))
+        gw = self.start_gateway(up.url, "--upstream-timeout", "2s")
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("GET", "/slow", headers={"X-Test-Id": "slow", "Connection": "close"}))
+            got = self._read_until_closed(c, time.monotonic() + 60)
+        h, _, body = got.partition(b"\r\n\r\n")
+        self.assertTrue(h.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assertIn(b"content-length: 1000", h.lower())
+        self.assertLess(len(body), 1000, "the cut answer looks complete")
+        self.assertIn("timed out midway", gw.stderr())
+
+    def test_trickling_chunked_answer_never_looks_complete(self):
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        body = b"".join(b"1\r\n%c\r\n" % (97 + i % 26) for i in range(200)) + b"0\r\n\r\n"
+        up = self.raw_upstream(lambda rid, n: trickle(head, body, 0.05))
+        gw = self.start_gateway(up.url, "--upstream-timeout", "2s")
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("GET", "/slow", headers={"X-Test-Id": "slowc", "Connection": "close"}))
+            got = self._read_until_closed(c, time.monotonic() + 60)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assertIn(b"chunked", got.lower().partition(b"\r\n\r\n")[0])
+        self.assertFalse(got.endswith(b"0\r\n\r\n"), "the cut answer ends with the last chunk")
+
+    def test_trickling_keyed_answer_is_504_lease_kept(self):
+        head = b"HTTP/1.1 201 Created\r\nContent-Length: 1000\r\n\r\n"
+        up = self.raw_upstream(lambda rid, n: trickle(head, b"t" * 1000))
+        gw = self.start_gateway(up.url, "--upstream-timeout", "2s", "--lock-ttl", "60s")
+        r = gw.request("POST", "/slow", body=b"x", key="slowk", timeout=60)
+        self.assertProblem(r, 504, self.gw_log())
+        self.assertProblem(gw.request("POST", "/slow", body=b"x", key="slowk"), 409)
+        self.assertEqual(up.count("slowk"), 1)
 
 
 if __name__ == "__main__":
