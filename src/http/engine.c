@@ -94,6 +94,11 @@ static const char *const up_kind_text[] = {
     [UP_BAD_RESPONSE] = "answer was not valid HTTP",
 };
 
+/* What upstream.c refuses as UP_BAD_RESPONSE, besides broken framing. */
+#define NOT_HTTP                                                                     \
+  "the upstream's answer was not valid HTTP (a malformed status line or head, a "  \
+  "status outside 100-599, or a 1xx other than 100 and 103 as its answer)"
+
 static void answer_upstream_failure(gw_exchange *ex) {
   const gw_request *r = ex->req;
   if (ex->claimed)
@@ -121,6 +126,14 @@ static void answer_upstream_failure(gw_exchange *ex) {
             ex->claimed ? "the upstream could not be reached; the request was not "
                           "sent and the key was released, retry"
                         : "the upstream could not be reached",
+            NULL);
+    break;
+  case UP_BAD_RESPONSE:
+    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-bad-response",
+            "Upstream answer not HTTP",
+            ex->claimed ? NOT_HTTP "; the request may have run, so the key stays "
+                                   "locked until its lease ends"
+                        : NOT_HTTP,
             NULL);
     break;
   default:

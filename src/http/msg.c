@@ -156,6 +156,23 @@ void gw_headers_free(gw_headers *h) {
   memset(h, 0, sizeof *h);
 }
 
+int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t len) {
+  for (size_t i = 0; i < h->n; i++) {
+    if (!gw_ieq(gw_header_name(h, i), h->v[i].name_len, name))
+      continue;
+    size_t off = h->text.len;
+    if (gw_buf_append(&h->text, value, len))
+      return -1;
+    h->v[i].value_off = (uint32_t)off;
+    h->v[i].value_len = (uint32_t)len;
+    return 0;
+  }
+  if (gw_headers_on_field(h, name, strlen(name)) || gw_headers_on_value(h, value, len))
+    return -1;
+  gw_headers_done(h);
+  return 0;
+}
+
 int gw_ieq(const char *s, size_t len, const char *lit) {
   return strlen(lit) == len && strncasecmp(s, lit, len) == 0;
 }

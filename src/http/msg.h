@@ -62,6 +62,10 @@ static inline const char *gw_header_value(const gw_headers *h, size_t i) {
 const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
                            int *count);
 
+/* Give the first header called name this value, or add it when there is
+ * none (the old value's bytes stay, unused). 0 or -1 when out of memory. */
+int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t len);
+
 /* Case-insensitive equality of a (ptr, len) string with a C string. */
 int gw_ieq(const char *s, size_t len, const char *lit);
 /* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */

@@ -92,6 +92,60 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
   return 0;
 }
 
+const char *gw_target_check(const char *t, size_t len, enum http_method m, gw_target_form *f) {
+  memset(f, 0, sizeof *f);
+  if (len && t[0] == '/')
+    return NULL;
+  if (len && t[0] == '*')
+    return len == 1 && m == HTTP_OPTIONS ? NULL : "the target \"*\" is for OPTIONS only";
+  size_t colon = 0;
+  while (colon < len && t[colon] != ':')
+    colon++;
+  if (len - colon < 3 || memcmp(t + colon, "://", 3))
+    return "a host:port target (authority form) is for CONNECT only";
+  if (!gw_ieq(t, colon, "http") && !gw_ieq(t, colon, "https"))
+    return "an absolute target must use the http or https scheme";
+  size_t a = colon + 3, end = a;
+  while (end < len && t[end] != '/' && t[end] != '?' && t[end] != '#')
+    end++;
+  if (end == a || t[a] == ':')
+    return "an absolute target must name a host";
+  /* RFC 9110 4.2.4: userinfo in an http URI is deprecated; a recipient
+   * should treat it as an error (it is a phishing device, and a password) */
+  if (memchr(t + a, '@', end - a))
+    return "an absolute target must not carry userinfo (user@host)";
+  f->absolute = 1;
+  f->auth_off = a;
+  f->auth_len = end - a;
+  f->path_off = end;
+  return NULL;
+}
+
+/* RFC 9112 3.2.2: a proxy forwards an absolute-form request in origin form,
+ * and the target's authority replaces the client's Host (for an HTTP/1.0
+ * client without Host, becomes it). Done before anything reads the target
+ * or Host: "http://h/a" and "/a" with Host h are then one request, with one
+ * fingerprint, and the upstream never sees a full URI it did not expect. */
+static int origin_form(gw_reqparser *rp, enum http_method m) {
+  gw_request *r = rp->cur;
+  gw_target_form f;
+  const char *why = gw_target_check(r->target.p, r->target.len, m, &f);
+  if (why)
+    return refuse(rp, 400, why);
+  if (!f.absolute)
+    return 0;
+  char *t = r->target.p;
+  if (gw_headers_set(&r->headers, "Host", t + f.auth_off, f.auth_len))
+    return refuse(rp, 503, "out of memory");
+  size_t rest = r->target.len - f.path_off, at = 0;
+  if (!rest || t[f.path_off] != '/')
+    t[at++] = '/'; /* an empty path is "/"; path_off is past "http://h" */
+  memmove(t + at, t + f.path_off, rest);
+  r->target.len = at + rest;
+  t[r->target.len] = 0;
+  return 0;
+}
+
 static int on_headers_complete(http_parser *p) {
   gw_reqparser *rp = of(p);
   gw_request *r = rp->cur;
@@ -128,6 +182,8 @@ static int on_headers_complete(http_parser *p) {
   gw_headers_get(&r->headers, "Host", NULL, &nhost);
   if (nhost > 1 || (nhost == 0 && p->http_minor >= 1))
     return refuse(rp, 400, "an HTTP/1.1 request needs exactly one Host header");
+  if (origin_form(rp, (enum http_method)p->method))
+    return -1;
 
   /* Framing must be unambiguous (RFC 9112 6.3): one Content-Length, or
    * Transfer-Encoding ending in chunked, never both. http_parser checks most

@@ -30,6 +30,23 @@ typedef struct {
   int upgrade;          /* asked for a protocol switch (not supported) */
 } gw_request;
 
+/* A request target's form (RFC 9112 3.2) as gw_target_check finds it. */
+typedef struct {
+  int absolute;              /* absolute form, to be sent on in origin form */
+  size_t auth_off, auth_len; /* absolute form: its authority, host[:port] */
+  size_t path_off;           /* absolute form: where path and query start */
+} gw_target_form;
+
+/*
+ * Check the target t (len bytes) of a request with method m: origin form
+ * ("/path?query"), "*" for OPTIONS only, or absolute form with an http or
+ * https scheme and a host ("http://host:port/path?query", no userinfo);
+ * authority form is CONNECT's only, which the gateway refuses anyway.
+ * Returns NULL and fills *f, or a sentence saying why the target is refused.
+ * The parser below rewrites an absolute-form target to origin form.
+ */
+const char *gw_target_check(const char *t, size_t len, enum http_method m, gw_target_form *f);
+
 void gw_request_free(gw_request *r);
 /* Empty r for the next request, keeping its buffers up to keep_max bytes
  * each (a connection's requests tend to look alike). */

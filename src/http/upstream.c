@@ -1,6 +1,7 @@
 /* upstream.c - keep-alive connection pool to the upstream (see upstream.h). */
 #include "http/upstream.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,7 @@
 
 #define IDLE_CLOSE_MS 15000 /* close pooled connections unused this long */
 #define MAX_IDLE 512
+#define STATUS_PREFIX 13 /* "HTTP/1.1 200 ": what status_line_ok checks */
 
 enum { UC_CONNECTING, UC_BUSY, UC_IDLE, UC_CLOSING };
 
@@ -27,6 +29,8 @@ typedef struct up_conn {
   int sent_any; /* some byte of the request reached the socket */
   int in_body; /* header callbacks now carry trailers: dropped */
   size_t got;
+  char sl[STATUS_PREFIX]; /* the start of the current answer's status line */
+  unsigned sl_len;
   /* the request in flight */
   const uv_buf_t *bufs;
   unsigned nbufs;
@@ -157,11 +161,49 @@ static void start_streaming(up_conn *c) {
   c->resp->conn = c;
   c->stream->on_head(c->arg, c->resp);
 }
+/* RFC 9112 4: status-line = HTTP-version SP 3DIGIT SP [reason-phrase].
+ * http_parser also reads "HTTP/1.1 20", "HTTP/1.1 0200" or two spaces as a
+ * status, which is not what a strict peer would read: so the first bytes of
+ * the line are checked here. A CR or LF right after the digits (no SP before
+ * an empty reason) is tolerated, as most clients do. */
+static int status_line_ok(const char *s, size_t n) {
+  if (n != STATUS_PREFIX || memcmp(s, "HTTP/1.", 7) || !isdigit((unsigned char)s[7]) ||
+      s[8] != ' ')
+    return 0;
+  for (int i = 9; i < 12; i++)
+    if (!isdigit((unsigned char)s[i]))
+      return 0;
+  return s[12] == ' ' || s[12] == '\r' || s[12] == '\n';
+}
+
+/* Whether an answer head may go on: a well-formed status line, a status
+ * in 100-599, and of the 1xx only 100 and 103, which are interim (102 is
+ * obsolete and 104-199 undefined, so neither can be known to be interim or
+ * final). 101 never is: the gateway forwards no Upgrade, so nothing asked
+ * for a protocol switch. */
+static int status_acceptable(const up_conn *c, int status) {
+  if (!status_line_ok(c->sl, c->sl_len) || status < 100 || status > 599)
+    return 0;
+  return status >= 200 || status == 100 || status == 103;
+}
+
+/* Keep the first bytes of an answer's status line (see status_line_ok);
+ * data starts where the parser is. */
+static void collect_status_line(up_conn *c, const char *data, size_t len) {
+  for (size_t i = 0; i < len && c->sl_len < STATUS_PREFIX; i++) {
+    if (c->sl_len == 0 && (data[i] == '\r' || data[i] == '\n'))
+      continue; /* http_parser skips empty lines before the status line */
+    c->sl[c->sl_len++] = data[i];
+  }
+}
+
 static int r_headers_complete(http_parser *p) {
   up_conn *c = p->data;
   gw_headers_done(&c->resp->headers);
   c->in_body = 1;
   c->resp->status = p->status_code;
+  if (!status_acceptable(c, p->status_code))
+    return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
   if (!c->stream->past_limit && p->status_code >= 200) {
     start_streaming(c);
     return c->is_head ? 1 : 0;
@@ -276,11 +318,13 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   c->got += (size_t)nread;
-  if (c->streaming) /* a long download: the deadline is per read */
-    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
+  /* the timer is not re-armed here: --upstream-timeout bounds the whole
+   * answer, so an upstream that trickles cannot hold a request forever */
   const char *data = buf->base;
   size_t len = (size_t)nread;
   while (len) {
+    if (c->sl_len < STATUS_PREFIX)
+      collect_status_line(c, data, len);
     size_t n = http_parser_execute(&c->p, &rsettings, data, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
     if (e != HPE_OK && e != HPE_PAUSED) {
@@ -294,9 +338,10 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       break;
     c->msg_done = 0;
     http_parser_pause(&c->p, 0);
-    if (c->resp->status >= 100 && c->resp->status < 200 &&
-        c->resp->status != 101)
+    if (c->resp->status == 100 || c->resp->status == 103) {
+      c->sl_len = 0;
       continue; /* interim answer (100 Continue, 103): the real one follows */
+    }
     if (c->writing) {
       /* answered before the request was fully written: take the answer,
        * never reuse the connection */
@@ -330,6 +375,7 @@ static void send_now(up_conn *c) {
   c->sent_any = 0;
   c->streaming = 0;
   c->msg_done = 0;
+  c->sl_len = 0;
   http_parser_init(&c->p, HTTP_RESPONSE);
   c->p.data = c;
   c->wreq.data = c;
@@ -444,14 +490,12 @@ void upstream_pause(upstream_response *resp, int paused) {
   up_conn *c = resp->conn;
   if (!c || c->state != UC_BUSY || c->abandoned)
     return;
-  if (paused) {
-    /* the timer keeps running: a client that stops reading for longer than
-     * --upstream-timeout ends the transfer */
+  /* the deadline runs on either way: a client that reads too slowly to
+   * take the whole answer within --upstream-timeout gets it cut */
+  if (paused)
     uv_read_stop((uv_stream_t *)&c->tcp);
-  } else {
+  else
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    uv_timer_start(&c->timer, on_timer, (uint64_t)c->pool->cfg->upstream_timeout_ms, 0);
-  }
 }
 
 /* Deferred: upstream_abort may be called from inside on_data, with

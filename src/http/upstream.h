@@ -18,9 +18,12 @@
 typedef enum {
   UP_OK = 0,          /* a complete answer */
   UP_CONNECT_FAILED,  /* nothing was sent: the upstream never saw it */
-  UP_TIMEOUT,         /* sent, no complete answer in --upstream-timeout */
+  UP_TIMEOUT,         /* sent, no complete answer in --upstream-timeout (one
+                         deadline for the whole answer, streamed ones too) */
   UP_RESET,           /* sent, the connection broke before a full answer */
-  UP_BAD_RESPONSE     /* sent, the answer was not valid HTTP */
+  UP_BAD_RESPONSE     /* sent, the answer was not valid HTTP: broken framing,
+                         a malformed status line, a status outside 100-599,
+                         a 101, or a 1xx other than 100 and 103 as the answer */
 } upstream_kind;
 
 typedef struct {

@@ -192,6 +192,14 @@ class Lifecycle(GatewayTestCase):
                 self.assertEqual(rc, 2, "%s: exit %d %r" % (args, rc, err))
                 self.assertIn(args[0], err)
 
+    def test_a_flag_is_not_the_value_of_the_one_before(self):
+        # "--store --ttl 1s" would otherwise open a store named "--ttl"
+        rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
+                                 "--upstream", self.up.url, "--store", "--ttl", "1s"], timeout=15)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--store needs a value", err)
+        self.assertNotIn("listening on", err)
+
     def test_help_lists_every_flag(self):
         rc, out, err = run_idem(["serve", "--help"], timeout=15)
         self.assertEqual(rc, 0, err)

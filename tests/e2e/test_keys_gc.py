@@ -85,6 +85,15 @@ class KeysAndGc(GatewayTestCase):
         self.assertEqual(code, 0)
         self.assertIn("idem keys list", out)
 
+    def test_a_flag_is_never_the_value_of_the_flag_before_it(self):
+        # "--scope --store X" must not list the scope named "--store"
+        for args, flag in ((["keys", "list", "--scope", "--store", self.store], "--scope"),
+                           (["gc", "--store", "--limit", "1"], "--store")):
+            code, out, err = run_idem(args)
+            self.assertEqual(code, 2, (args, out, err))
+            self.assertIn("%s needs a value" % flag, err, args)
+            self.assertEqual(out, "", args)
+
     def test_bad_stores_are_clear_errors(self):
         f = os.path.join(self.dir, "file")
         with open(f, "w") as fh:

@@ -3,7 +3,7 @@
  * request respects the limits; and the same bytes fed whole, split in two,
  * and one byte at a time give the same requests and the same verdict,
  * accepted or refused (a parser that depends on how TCP cuts the stream is a
- * smuggling bug). */
+ * smuggling bug); an accepted target is in origin form, or "*". */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,9 @@ static gw_config cfg;
 static void check(const gw_request *r) {
   if (r->body.len > cfg.max_body || !r->method[0] || !r->target.p ||
       r->target.p[r->target.len] != 0)
+    abort();
+  /* what goes upstream is origin form (absolute form was rewritten) or "*" */
+  if (r->target.p[0] != '/' && strcmp(r->target.p, "*"))
     abort();
   for (size_t i = 0; i < r->headers.n; i++)
     if (!gw_is_token(gw_header_name(&r->headers, i), r->headers.v[i].name_len))

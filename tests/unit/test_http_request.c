@@ -198,6 +198,74 @@ static void test_trailers_dropped(void **state) {
   release(&o);
 }
 
+/* One request, fed whole and byte by byte: its target and Host afterwards. */
+static void expect_target(const char *text, size_t len, const char *target, const char *host) {
+  size_t steps[] = {0, 1};
+  for (size_t s = 0; s < 2; s++) {
+    outcome o;
+    run(text, len, steps[s], &o);
+    if (o.n != 1)
+      fail_msg("%.*s: no request (status %d)", (int)len, text, o.error_status);
+    const gw_request *r = o.req[0];
+    size_t hlen = 0;
+    int nhost = 0;
+    const char *h = gw_headers_get(&r->headers, "Host", &hlen, &nhost);
+    if (strcmp(r->target.p, target) || r->target.len != strlen(target) || nhost != 1 ||
+        hlen != strlen(host) || memcmp(h, host, hlen))
+      fail_msg("%.*s: target '%s' host '%.*s' (%d), want '%s' '%s'", (int)len, text,
+               r->target.p, (int)hlen, h ? h : "", nhost, target, host);
+    release(&o);
+  }
+}
+
+static void test_target_check(void **state) {
+  (void)state;
+  gw_target_form f;
+  assert_null(gw_target_check(S("/a?b"), HTTP_POST, &f));
+  assert_false(f.absolute);
+  assert_null(gw_target_check(S("*"), HTTP_OPTIONS, &f));
+  assert_false(f.absolute);
+  assert_null(gw_target_check(S("http://h.example:81/a?q=1"), HTTP_POST, &f));
+  assert_true(f.absolute);
+  assert_int_equal(f.auth_off, 7);
+  assert_int_equal(f.auth_len, 12);
+  assert_int_equal(f.path_off, 19);
+  assert_null(gw_target_check(S("HTTPS://[::1]:8443"), HTTP_GET, &f));
+  assert_int_equal(f.auth_len, 10);
+  assert_int_equal(f.path_off, 18);
+  /* refused: each with a reason */
+  assert_non_null(gw_target_check(S("*"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("*x"), HTTP_OPTIONS, &f));
+  assert_non_null(gw_target_check(S("ftp://h/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("httpx://h/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("h.example:443"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("http:/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("http:///a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("http://:80/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("http://user:pw@h/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S(""), HTTP_GET, &f));
+}
+
+static void test_absolute_form_rewritten(void **state) {
+  (void)state;
+  expect_target(S("POST http://evil.example/a?q=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+                "/a?q=1", "evil.example");
+  expect_target(S("GET http://h HTTP/1.1\r\nHost: x\r\n\r\n"), "/", "h");
+  expect_target(S("GET HTTPS://h:8443?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"), "/?x=1", "h:8443");
+  /* an HTTP/1.0 request may come without Host: it gets the target's */
+  expect_target(S("GET http://h10/p HTTP/1.0\r\n\r\n"), "/p", "h10");
+  /* origin form and OPTIONS * go on as they are */
+  expect_target(S("GET /o?x HTTP/1.1\r\nHost: x\r\n\r\n"), "/o?x", "x");
+  expect_target(S("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), "*", "x");
+
+  expect_error(S("POST ftp://h/a HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"), 400);
+  expect_error(S("GET * HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+  expect_error(S("GET h.example:80 HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+  expect_error(S("GET http://u@h/a HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+  /* the Host rules hold for absolute form too (RFC 9112 3.2) */
+  expect_error(S("GET http://h/a HTTP/1.1\r\n\r\n"), 400);
+}
+
 static void test_eof_and_partial(void **state) {
   (void)state;
   gw_reqparser rp;
@@ -217,6 +285,8 @@ int main(void) {
       cmocka_unit_test(test_expect_continue_and_versions),
       cmocka_unit_test(test_trailers_dropped),
       cmocka_unit_test(test_eof_and_partial),
+      cmocka_unit_test(test_target_check),
+      cmocka_unit_test(test_absolute_form_rewritten),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
