@@ -5,13 +5,15 @@
  * on their own; this is for cron jobs, for stores without one, and for an
  * operator who wants the space back now.
  */
-#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/settings.h"
 #include "idem/idem.h"
 
 #define DEFAULT_STORE "lmdb:./idem-data"
@@ -23,41 +25,36 @@ static const char usage[] =
     "Delete records whose retention has ended: one pass over everything\n"
     "expired now, or at most N records with --limit. Prints {\"deleted\":N}.\n"
     "\n"
-    "options:\n"
-    "  --store URI   store to use (default " DEFAULT_STORE ")\n"
-    "  --limit N     delete at most N records\n"
-    "  -h, --help    this text\n";
+    "options:\n";
+
+typedef struct {
+  const char *store;
+  int limit; /* 0: everything expired */
+} gc_args;
+
+static const setting gc_settings[] = {
+    {"store", "URI", SETTING_STRING, offsetof(gc_args, store), DEFAULT_STORE, 0, 0, NULL,
+     "store to use"},
+    {"limit", "N", SETTING_COUNT, offsetof(gc_args, limit), NULL, 1, INT_MAX, NULL,
+     "delete at most N records"},
+};
+static const setting_table gc_table = {"gc", gc_settings, sizeof gc_settings / sizeof gc_settings[0]};
 
 int cmd_gc(int argc, char **argv) {
-  const char *store = DEFAULT_STORE, *limit_text = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-      fputs(usage, stdout);
-      return 0;
-    }
-    const char **dst = !strncmp(arg, "--store", 7) ? &store : !strncmp(arg, "--limit", 7) ? &limit_text : NULL;
-    if (dst && arg[7] == '=') {
-      *dst = arg + 8;
-    } else if (dst && arg[7] == '\0') {
-      if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
-        return cli_usage_error("gc", "%s needs a value", arg);
-      *dst = argv[++i];
-    } else if (arg[0] == '-') {
-      return cli_usage_error("gc", "unknown option '%s'", arg);
-    } else {
-      return cli_usage_error("gc", "unexpected argument '%s'", arg);
-    }
+  gc_args args = {0};
+  char why[256];
+  int rc = settings_defaults(&gc_table, &args, why, sizeof why);
+  if (!rc)
+    rc = settings_parse_argv(&gc_table, &args, argc, argv, NULL, NULL, why, sizeof why);
+  if (rc == 1) {
+    fputs(usage, stdout);
+    settings_usage(&gc_table, stdout);
+    return 0;
   }
-  size_t limit = 0; /* 0: everything expired */
-  if (limit_text) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(limit_text, &end, 10);
-    if (errno || end == limit_text || *end || limit_text[0] == '-' || n == 0 || n > SIZE_MAX)
-      return cli_usage_error("gc", "--limit '%s': want a positive number", limit_text);
-    limit = (size_t)n;
-  }
+  if (rc)
+    return cli_usage_error("gc", "%s", why);
+  const char *store = args.store;
+  size_t limit = (size_t)args.limit;
 
   idem_sync *sync;
   if (cli_open_existing_store("gc", store, &sync))

@@ -5,6 +5,8 @@
  * (one object per line for list, so the output pipes into jq or grep).
  */
 #include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
+#include "core/settings.h"
 #include "idem/idem.h"
 
 #define DEFAULT_STORE "lmdb:./idem-data"
@@ -25,11 +28,7 @@ static const char usage[] =
     "timestamps (UTC and Unix ms), response status and sizes. list prints one\n"
     "record per line in key order, live records only (AFTER: start after that key).\n"
     "\n"
-    "options:\n"
-    "  --store URI   store to use (default " DEFAULT_STORE ")\n"
-    "  --scope S     tenant scope (default: none; list: every scope unless given)\n"
-    "  --limit N     list: at most N records (default: all)\n"
-    "  -h, --help    this text\n";
+    "options:\n";
 
 /* ---- JSON output ------------------------------------------------------- */
 
@@ -132,73 +131,55 @@ typedef struct {
   const char *key;
   const char *store;
   const char *scope;
-  size_t limit; /* 0: all */
+  int limit; /* 0: all */
+  const char *words[3];
+  int nwords;
 } keys_args;
 
-/* "--name VALUE" or "--name=VALUE": 1 when matched (value set), 0 when not
- * this option, -1 when the value is missing. */
-static int take_value(const char *name, int argc, char **argv, int *i, const char **value) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n))
-    return 0;
-  if (argv[*i][n] == '=') {
-    *value = argv[*i] + n + 1;
-    return 1;
-  }
-  if (argv[*i][n] != '\0')
-    return 0;
-  /* "--scope --store X": the scope's value was forgotten; "--" is no value */
-  if (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2))
+static const setting keys_settings[] = {
+    {"store", "URI", SETTING_STRING, offsetof(keys_args, store), DEFAULT_STORE, 0, 0, NULL,
+     "store to use"},
+    {"scope", "S", SETTING_STRING, offsetof(keys_args, scope), NULL, 0, 0, NULL,
+     "tenant scope (default: none; list: every scope unless given)"},
+    {"limit", "N", SETTING_COUNT, offsetof(keys_args, limit), NULL, 1, INT_MAX, NULL,
+     "list at most N records"},
+};
+static const setting_table keys_table = {"keys", keys_settings,
+                                         sizeof keys_settings / sizeof keys_settings[0]};
+
+static int take_word(void *arg, const char *word, char *err, size_t len) {
+  keys_args *a = arg;
+  if (a->nwords == 3) {
+    snprintf(err, len, "too many arguments");
     return -1;
-  *value = argv[++*i];
-  return 1;
+  }
+  a->words[a->nwords++] = word;
+  return 0;
 }
 
+/* 0, 1 for --help (printed), or the usage error's exit code */
 static int parse_args(int argc, char **argv, keys_args *a) {
-  const char *positional[3];
-  int npos = 0;
+  char err[256];
   memset(a, 0, sizeof *a);
-  a->store = DEFAULT_STORE;
-  for (int i = 1; i < argc; i++) {
-    const char *limit = NULL;
-    int r;
-    if ((r = take_value("--store", argc, argv, &i, &a->store)) ||
-        (r = take_value("--scope", argc, argv, &i, &a->scope)) ||
-        (r = take_value("--limit", argc, argv, &i, &limit))) {
-      if (r < 0)
-        return cli_usage_error("keys", "%s needs a value", argv[i]);
-      if (limit) {
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(limit, &end, 10);
-        if (errno || end == limit || *end || limit[0] == '-' || n == 0)
-          return cli_usage_error("keys", "--limit '%s': want a positive number", limit);
-        a->limit = (size_t)n;
-      }
-      continue;
-    }
-    if (!strcmp(argv[i], "--")) {
-      while (++i < argc && npos < 3)
-        positional[npos++] = argv[i];
-      if (i < argc)
-        return cli_usage_error("keys", "too many arguments");
-      break;
-    }
-    if (argv[i][0] == '-' && argv[i][1] != '\0')
-      return cli_usage_error("keys", "unknown option '%s'", argv[i]);
-    if (npos == 3)
-      return cli_usage_error("keys", "too many arguments");
-    positional[npos++] = argv[i];
+  int rc = settings_defaults(&keys_table, a, err, sizeof err);
+  if (!rc)
+    rc = settings_parse_argv(&keys_table, a, argc, argv, take_word, a, err, sizeof err);
+  if (rc == 1) {
+    fputs(usage, stdout);
+    settings_usage(&keys_table, stdout);
+    return 1;
   }
-  if (npos == 0)
+  if (rc)
+    return cli_usage_error("keys", "%s", err);
+  if (a->nwords == 0)
     return cli_usage_error("keys", "missing action: get, delete or list");
-  a->action = positional[0];
+  a->action = a->words[0];
   int is_list = !strcmp(a->action, "list");
   if (!is_list && strcmp(a->action, "get") && strcmp(a->action, "delete"))
     return cli_usage_error("keys", "unknown action '%s' (get, delete, list)", a->action);
-  if (npos > 2)
+  if (a->nwords > 2)
     return cli_usage_error("keys", "too many arguments");
-  a->key = npos == 2 ? positional[1] : NULL;
+  a->key = a->nwords == 2 ? a->words[1] : NULL;
   if (!is_list && !a->key)
     return cli_usage_error("keys", "%s needs a KEY", a->action);
   if (a->key && !idem_key_valid(a->key, strlen(a->key)))
@@ -222,7 +203,7 @@ static int run_list(idem_sync *sync, const keys_args *a) {
   /* Within one scope, page through in key order. Across every scope there
    * is no resume point in the API (a key alone does not say which scope),
    * so that list is one operation. */
-  size_t want = a->limit ? a->limit : SIZE_MAX;
+  size_t want = a->limit ? (size_t)a->limit : SIZE_MAX;
   size_t page = a->scope ? 1000 : want;
   char after[IDEM_KEY_MAX + 1] = "";
   if (a->key)
@@ -251,15 +232,10 @@ static int run_list(idem_sync *sync, const keys_args *a) {
 }
 
 int cmd_keys(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      fputs(usage, stdout);
-      return 0;
-    }
   keys_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc)
-    return rc;
+    return rc == 1 ? 0 : rc; /* 1: --help was printed */
 
   idem_sync *sync;
   if (cli_open_existing_store("keys", a.store, &sync))

@@ -4,12 +4,13 @@
  * checked to open. Exit 0: the schema is current (or --check: it already
  * was); 1: it could not be migrated (or --check: it needs a migration);
  * 2: usage. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/settings.h"
 #include "idem/idem.h"
 #include "store/postgres.h"
 
@@ -20,12 +21,21 @@ static const char usage[] =
     "idem_records and idem_schema). Safe to run again and from several\n"
     "processes at once. Other stores have no schema.\n"
     "\n"
-    "options:\n"
-    "  -s, --store URI   the store, e.g. postgres://user@host:5432/db\n"
-    "  -c, --check       change nothing: exit 0 when current, 1 when not\n"
-    "  -h, --help        this text\n"
-    "\n"
-    "exit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n";
+    "options:\n";
+
+typedef struct {
+  const char *store;
+  int check;
+} migrate_args;
+
+static const setting migrate_settings[] = {
+    {"store", "URI", SETTING_STRING, offsetof(migrate_args, store), NULL, 0, 0, NULL,
+     "the store, e.g. postgres://user@host:5432/db (required)"},
+    {"check", NULL, SETTING_SWITCH, offsetof(migrate_args, check), NULL, 0, 0, NULL,
+     "change nothing: exit 0 when current, 1 when not"},
+};
+static const setting_table migrate_table = {"migrate", migrate_settings,
+                                            sizeof migrate_settings / sizeof migrate_settings[0]};
 
 static int is_postgres(const char *uri) {
   return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
@@ -88,34 +98,19 @@ static int postgres(const char *uri, int check) {
 }
 
 int cmd_migrate(int argc, char **argv) {
-  static const struct option options[] = {
-      {"store", required_argument, NULL, 's'},
-      {"check", no_argument, NULL, 'c'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
-  };
-  const char *uri = NULL;
-  int check = 0, opt;
-  optind = 1;
-  while ((opt = getopt_long(argc, argv, "s:ch", options, NULL)) != -1) {
-    switch (opt) {
-    case 's':
-      if (!strncmp(optarg, "--", 2)) /* "--store --check": the URI was forgotten */
-        return cli_usage_error("migrate", "--store needs a value");
-      uri = optarg;
-      break;
-    case 'c':
-      check = 1;
-      break;
-    case 'h':
-      fputs(usage, stdout);
-      return 0;
-    default:
-      return cli_usage_error("migrate", "unknown option");
-    }
+  migrate_args args = {0};
+  char err[256];
+  int rc = settings_parse_argv(&migrate_table, &args, argc, argv, NULL, NULL, err, sizeof err);
+  if (rc == 1) {
+    fputs(usage, stdout);
+    settings_usage(&migrate_table, stdout);
+    fputs("\nexit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n", stdout);
+    return 0;
   }
-  if (optind < argc)
-    return cli_usage_error("migrate", "unexpected argument '%s'", argv[optind]);
+  if (rc)
+    return cli_usage_error("migrate", "%s", err);
+  const char *uri = args.store;
+  int check = args.check;
   if (!uri || !*uri)
     return cli_usage_error("migrate", "--store URI is required");
   return is_postgres(uri) ? postgres(uri, check) : other_store(uri);

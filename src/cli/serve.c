@@ -11,7 +11,7 @@ int cmd_serve(int argc, char **argv) {
   gw_config_init(&cfg);
   int rc = gw_config_parse(&cfg, argc, argv, err, sizeof err);
   if (rc == 1) {
-    fputs(gw_config_usage, stdout);
+    gw_config_usage(stdout);
     return 0;
   }
   if (rc < 0)

@@ -1,8 +1,10 @@
-/* config.c - `idem serve` flags into a gw_config, with clear refusals. */
+/* config.c - `idem serve` settings: one table (settings.h) gives each its
+ * flag, form, default, bounds and help; the parsers below turn the values
+ * that are not plain durations, sizes or counts into a gw_config. */
 #include "http/config.h"
 
 #include <ctype.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,79 +12,8 @@
 
 #include <uv.h>
 
+#include "core/settings.h"
 #include "idem/idem.h"
-
-const char gw_config_usage[] =
-    "usage: idem serve --upstream http://HOST:PORT [options]\n"
-    "\n"
-    "HTTP reverse proxy that gives an API Idempotency-Key semantics.\n"
-    "\n"
-    "options:\n"
-    "  --listen ADDR:PORT        client listener (default 127.0.0.1:8081)\n"
-    "  --upstream URL            the API behind the gateway: http://HOST:PORT\n"
-    "  --store URI               memory:, lmdb:PATH, redis://..., postgres://...\n"
-    "                            (default lmdb:./idem-data)\n"
-    "  --ttl DUR                 how long a completed record is kept (default 24h)\n"
-    "  --lock-ttl DUR            processing lease (default 30s)\n"
-    "  --methods LIST            methods with semantics (default POST,PATCH)\n"
-    "  --require-key             400 when a request of those methods has no key\n"
-    "  --scope-header NAME       header whose value (SHA-256 hashed) scopes keys\n"
-    "  --wait DUR                wait that long for an in-flight duplicate and\n"
-    "                            replay its answer (default 0: 409 at once)\n"
-    "  --on-store-error MODE     closed (503, default) or open (pass through)\n"
-    "  --max-body SIZE           largest request body (default 1MiB)\n"
-    "  --max-response SIZE       largest answer body kept for replay (default\n"
-    "                            8MiB); a bigger keyed answer streams to its\n"
-    "                            first client and retries get a stored 502\n"
-    "  --max-header SIZE         largest request head (default 32KiB)\n"
-    "  --upstream-timeout DUR    deadline to connect and get the whole answer\n"
-    "                            (default 30s)\n"
-    "  --client-timeout DUR      deadline to receive one request (default 10s)\n"
-    "  --idle-timeout DUR        keep-alive idle close (default 60s)\n"
-    "  --send-timeout DUR        close a client that reads nothing of its answer\n"
-    "                            for this long (default 60s)\n"
-    "  --max-conns N             client connections per worker (default 4096)\n"
-    "  --spool DIR|off           where answers wait, durable, while the store is\n"
-    "                            away (default ./idem-spool; unused on memory:)\n"
-    "  --drain-timeout DUR       on SIGTERM, the most time to finish requests in\n"
-    "                            flight and empty the spool (default 30s)\n"
-    "  --admin-listen ADDR:PORT  /healthz, /metrics, /keys/KEY (default off)\n"
-    "  --workers N               event-loop threads (default: number of cores)\n"
-    "\n"
-    "Durations: 500ms, 30s, 5m, 24h, 7d. Sizes: 512, 64KiB, 1MiB.\n";
-
-static void set_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-}
-
-void gw_config_init(gw_config *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  snprintf(cfg->listen.host, sizeof cfg->listen.host, "127.0.0.1");
-  cfg->listen.port = 8081;
-  cfg->store_uri = "lmdb:./idem-data";
-  cfg->ttl_ms = 24LL * 3600 * 1000;
-  cfg->lock_ttl_ms = 30 * 1000;
-  snprintf(cfg->methods[0], sizeof cfg->methods[0], "POST");
-  snprintf(cfg->methods[1], sizeof cfg->methods[1], "PATCH");
-  cfg->nmethods = 2;
-  cfg->max_body = 1024 * 1024;
-  cfg->max_response = 8 * 1024 * 1024;
-  cfg->max_header = 32 * 1024;
-  cfg->upstream_timeout_ms = 30 * 1000;
-  cfg->client_timeout_ms = 10 * 1000;
-  cfg->idle_timeout_ms = 60 * 1000;
-  cfg->send_timeout_ms = 60 * 1000;
-  cfg->drain_timeout_ms = 30 * 1000;
-  cfg->max_conns = 4096;
-  cfg->spool_dir = "./idem-spool";
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  cfg->workers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
-}
 
 void gw_addr_format(const char *host, int port, char *out, size_t len) {
   if (strchr(host, ':'))
@@ -221,208 +152,166 @@ static int parse_methods(gw_config *cfg, const char *list) {
   return 0;
 }
 
-static int parse_dur(const char *flag, const char *v, int64_t *out, int allow_zero,
-                     char *err, size_t errlen) {
-  if (allow_zero && !strcmp(v, "0")) {
-    *out = 0;
-    return 0;
-  }
-  if (idem_parse_duration(v, out)) {
-    set_err(err, errlen,
-            "%s: '%s' is not a duration; use a number and a unit: ms, s, m, "
-            "h or d (e.g. 500ms, 30s, 24h)%s",
-            flag, v, allow_zero ? ", or 0" : "");
+/* ---- values that are not durations, sizes or counts ---- */
+
+static int refuse_value(char *err, size_t len, const setting *s, const char *v, const char *what,
+                  const char *form) {
+  snprintf(err, len, "--%s: '%s' is not %s; use %s", s->name, v, what, form);
+  return -1;
+}
+
+static int parse_address(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  gw_config *c = cfg;
+  int admin = !strcmp(s->name, "admin-listen");
+  if (gw_addr_parse(v, admin ? &c->admin : &c->listen))
+    return refuse_value(err, len, s, v, "an address",
+                  "IP:PORT, [IPv6]:PORT or :PORT (e.g. 127.0.0.1:8081)");
+  if (admin)
+    c->has_admin = 1;
+  return 0;
+}
+
+static int parse_upstream_flag(void *cfg, const setting *s, const char *v, char *err,
+                               size_t len) {
+  if (parse_upstream(cfg, v))
+    return refuse_value(err, len, s, v, "an upstream URL",
+                  "http://HOST:PORT (plain HTTP, no path; e.g. http://127.0.0.1:9000)");
+  ((gw_config *)cfg)->has_upstream = 1;
+  return 0;
+}
+
+static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  if (!*v)
+    return refuse_value(err, len, s, v, "a store URI",
+                  "memory:, lmdb:PATH, redis://HOST:PORT or postgres://...");
+  ((gw_config *)cfg)->store_uri = v;
+  return 0;
+}
+
+static int parse_methods_flag(void *cfg, const setting *s, const char *v, char *err,
+                              size_t len) {
+  char form[96];
+  snprintf(form, sizeof form, "comma-separated method names (e.g. POST,PATCH,PUT), at most %d",
+           GW_MAX_METHODS);
+  return parse_methods(cfg, v) ? refuse_value(err, len, s, v, "a method list", form) : 0;
+}
+
+static int parse_scope_header(void *cfg, const setting *s, const char *v, char *err,
+                              size_t len) {
+  gw_config *c = cfg;
+  if (!is_token(v) || strlen(v) >= sizeof c->scope_header)
+    return refuse_value(err, len, s, v, "a header name", "a token such as Authorization or X-Tenant-Id");
+  snprintf(c->scope_header, sizeof c->scope_header, "%s", v);
+  return 0;
+}
+
+static int parse_store_error_mode(void *cfg, const setting *s, const char *v, char *err,
+                                  size_t len) {
+  gw_config *c = cfg;
+  if (strcmp(v, "closed") && strcmp(v, "open"))
+    return refuse_value(err, len, s, v, "a mode", "closed or open");
+  c->fail_open = !strcmp(v, "open");
+  return 0;
+}
+
+static int parse_spool(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  if (!*v)
+    return refuse_value(err, len, s, v, "a directory", "a directory, or off");
+  ((gw_config *)cfg)->spool_dir = strcmp(v, "off") ? v : NULL;
+  return 0;
+}
+
+/* ---- the table ---- */
+
+#define FIELD(f) offsetof(gw_config, f)
+#define DUR_MAX (100LL * 365 * 24 * 3600 * 1000) /* the store's own bound */
+#define SIZE_MAX_BYTES (4LL << 30)
+
+static const setting serve_settings[] = {
+    {"listen", "ADDR:PORT", SETTING_CUSTOM, 0, "127.0.0.1:8081", 0, 0, parse_address,
+     "client listener"},
+    {"upstream", "URL", SETTING_CUSTOM, 0, NULL, 0, 0, parse_upstream_flag,
+     "the API behind the gateway: http://HOST:PORT (required)"},
+    {"store", "URI", SETTING_CUSTOM, 0, "lmdb:./idem-data", 0, 0, parse_store,
+     "memory:, lmdb:PATH, redis://..., postgres://..."},
+    {"ttl", "DUR", SETTING_DURATION, FIELD(ttl_ms), "24h", 1, DUR_MAX, NULL,
+     "how long a completed record is kept"},
+    {"lock-ttl", "DUR", SETTING_DURATION, FIELD(lock_ttl_ms), "30s", 1, DUR_MAX, NULL,
+     "processing lease"},
+    {"methods", "LIST", SETTING_CUSTOM, 0, "POST,PATCH", 0, 0, parse_methods_flag,
+     "methods with semantics"},
+    {"require-key", NULL, SETTING_SWITCH, FIELD(require_key), NULL, 0, 0, NULL,
+     "400 when a request of those methods has no key"},
+    {"scope-header", "NAME", SETTING_CUSTOM, 0, NULL, 0, 0, parse_scope_header,
+     "header whose value (SHA-256 hashed) scopes keys"},
+    {"wait", "DUR", SETTING_DURATION, FIELD(wait_ms), "0", 0, DUR_MAX, NULL,
+     "wait that long for an in-flight duplicate and\nreplay its answer (0: 409 at once)"},
+    {"on-store-error", "MODE", SETTING_CUSTOM, 0, "closed", 0, 0, parse_store_error_mode,
+     "closed (503) or open (pass through)"},
+    {"max-body", "SIZE", SETTING_SIZE, FIELD(max_body), "1MiB", 1, SIZE_MAX_BYTES, NULL,
+     "largest request body"},
+    {"max-response", "SIZE", SETTING_SIZE, FIELD(max_response), "8MiB", 1, SIZE_MAX_BYTES, NULL,
+     "largest answer body kept for replay; a bigger\nkeyed answer streams to its first client "
+     "and\nretries get a stored 502"},
+    {"max-header", "SIZE", SETTING_SIZE, FIELD(max_header), "32KiB", 1024, 1024 * 1024, NULL,
+     "largest request head"},
+    {"upstream-timeout", "DUR", SETTING_DURATION, FIELD(upstream_timeout_ms), "30s", 1, DUR_MAX,
+     NULL, "deadline to connect and get the whole answer"},
+    {"client-timeout", "DUR", SETTING_DURATION, FIELD(client_timeout_ms), "10s", 1, DUR_MAX, NULL,
+     "deadline to receive one request"},
+    {"idle-timeout", "DUR", SETTING_DURATION, FIELD(idle_timeout_ms), "60s", 1, DUR_MAX, NULL,
+     "keep-alive idle close"},
+    {"send-timeout", "DUR", SETTING_DURATION, FIELD(send_timeout_ms), "60s", 1, DUR_MAX, NULL,
+     "close a client that reads nothing of its answer\nfor this long"},
+    {"max-conns", "N", SETTING_COUNT, FIELD(max_conns), "4096", 1, 1000000, NULL,
+     "client connections per worker"},
+    {"spool", "DIR|off", SETTING_CUSTOM, 0, "./idem-spool", 0, 0, parse_spool,
+     "where answers wait, durable, while the store is\naway (unused on memory:)"},
+    {"drain-timeout", "DUR", SETTING_DURATION, FIELD(drain_timeout_ms), "30s", 1, DUR_MAX, NULL,
+     "on SIGTERM, the most time to finish requests in\nflight and empty the spool"},
+    {"admin-listen", "ADDR:PORT", SETTING_CUSTOM, 0, NULL, 0, 0, parse_address,
+     "/healthz, /readyz, /metrics, /keys/KEY (default off)"},
+    {"workers", "N", SETTING_COUNT, FIELD(workers), NULL, 1, 64, NULL,
+     "event-loop threads (default: number of cores)"},
+};
+
+static const setting_table serve_table = {"serve", serve_settings,
+                                          sizeof serve_settings / sizeof serve_settings[0]};
+
+void gw_config_init(gw_config *cfg) {
+  char err[256];
+  memset(cfg, 0, sizeof *cfg);
+  if (settings_defaults(&serve_table, cfg, err, sizeof err))
+    abort(); /* a default in the table above does not parse: a bug here */
+  cfg->has_upstream = 0;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->workers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+}
+
+int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  int rc = settings_parse_argv(&serve_table, cfg, argc, argv, NULL, NULL, err, errlen);
+  if (rc)
+    return rc;
+  if (!cfg->has_upstream) {
+    snprintf(err, errlen,
+             "--upstream is required; use http://HOST:PORT (e.g. --upstream http://127.0.0.1:9000)");
     return -1;
   }
   return 0;
 }
 
-static int parse_sz(const char *flag, const char *v, uint64_t *out, char *err,
-                    size_t errlen) {
-  if (idem_parse_size(v, out) || *out == 0 || *out > (1ull << 32)) {
-    set_err(err, errlen,
-            "%s: '%s' is not a size; use bytes or a unit such as KiB, MiB "
-            "(e.g. 64KiB, 1MiB), at most 4GiB",
-            flag, v);
-    return -1;
-  }
-  return 0;
+int gw_config_set(gw_config *cfg, const char *name, const char *value, char *err,
+                  size_t errlen) {
+  return settings_set(&serve_table, cfg, name, value, err, errlen);
 }
 
-int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
-                    size_t errlen) {
-  int have_upstream = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h"))
-      return 1;
-    if (strncmp(arg, "--", 2)) {
-      set_err(err, errlen, "unexpected argument '%s'", arg);
-      return -1;
-    }
-    char name[64];
-    const char *val = NULL;
-    const char *eq = strchr(arg, '=');
-    size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (nlen >= sizeof name) {
-      set_err(err, errlen, "unknown option '%s'", arg);
-      return -1;
-    }
-    memcpy(name, arg, nlen);
-    name[nlen] = 0;
-    if (!strcmp(name, "--require-key")) {
-      if (eq) {
-        set_err(err, errlen, "--require-key takes no value");
-        return -1;
-      }
-      cfg->require_key = 1;
-      continue;
-    }
-    static const char *const valued[] = {
-        "--listen", "--upstream", "--store", "--ttl", "--lock-ttl", "--methods",
-        "--scope-header", "--wait", "--on-store-error", "--max-body",
-        "--max-response", "--max-header", "--upstream-timeout",
-        "--client-timeout", "--idle-timeout", "--admin-listen", "--workers",
-        "--send-timeout", "--drain-timeout", "--max-conns", "--spool"};
-    int known = 0;
-    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-      if (!strcmp(name, valued[k]))
-        known = 1;
-    if (!known) {
-      set_err(err, errlen, "unknown option '%s'", name);
-      return -1;
-    }
-    if (eq)
-      val = eq + 1;
-    else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
-      val = argv[++i];
-    else {
-      /* "--store --ttl 1s" is a forgotten value, not a store named --ttl */
-      set_err(err, errlen, "%s needs a value%s%s%s", name, i + 1 < argc ? "; got the flag '" : "",
-              i + 1 < argc ? argv[i + 1] : "",
-              i + 1 < argc ? "' (write --flag=VALUE for a value that starts with --)" : "");
-      return -1;
-    }
-
-    if (!strcmp(name, "--listen") || !strcmp(name, "--admin-listen")) {
-      gw_addr *a = !strcmp(name, "--listen") ? &cfg->listen : &cfg->admin;
-      if (gw_addr_parse(val, a)) {
-        set_err(err, errlen,
-                "%s: '%s' is not an address; use IP:PORT, [IPv6]:PORT or :PORT "
-                "(e.g. 127.0.0.1:8081)",
-                name, val);
-        return -1;
-      }
-      if (a == &cfg->admin)
-        cfg->has_admin = 1;
-    } else if (!strcmp(name, "--upstream")) {
-      if (parse_upstream(cfg, val)) {
-        set_err(err, errlen,
-                "--upstream: '%s' is not an upstream URL; use http://HOST:PORT "
-                "(plain HTTP, no path; e.g. http://127.0.0.1:9000)",
-                val);
-        return -1;
-      }
-      have_upstream = 1;
-    } else if (!strcmp(name, "--store")) {
-      if (!*val) {
-        set_err(err, errlen,
-                "--store: empty URI; use memory:, lmdb:PATH, redis://HOST:PORT "
-                "or postgres://...");
-        return -1;
-      }
-      cfg->store_uri = val;
-    } else if (!strcmp(name, "--ttl")) {
-      if (parse_dur(name, val, &cfg->ttl_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--lock-ttl")) {
-      if (parse_dur(name, val, &cfg->lock_ttl_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--wait")) {
-      if (parse_dur(name, val, &cfg->wait_ms, 1, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--upstream-timeout")) {
-      if (parse_dur(name, val, &cfg->upstream_timeout_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--client-timeout")) {
-      if (parse_dur(name, val, &cfg->client_timeout_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--idle-timeout")) {
-      if (parse_dur(name, val, &cfg->idle_timeout_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--methods")) {
-      if (parse_methods(cfg, val)) {
-        set_err(err, errlen,
-                "--methods: '%s' is not a method list; use comma-separated "
-                "method names (e.g. POST,PATCH,PUT), at most %d",
-                val, GW_MAX_METHODS);
-        return -1;
-      }
-    } else if (!strcmp(name, "--scope-header")) {
-      if (!is_token(val) || strlen(val) >= sizeof cfg->scope_header) {
-        set_err(err, errlen,
-                "--scope-header: '%s' is not a header name; use a token such "
-                "as Authorization or X-Tenant-Id",
-                val);
-        return -1;
-      }
-      snprintf(cfg->scope_header, sizeof cfg->scope_header, "%s", val);
-    } else if (!strcmp(name, "--on-store-error")) {
-      if (!strcmp(val, "closed"))
-        cfg->fail_open = 0;
-      else if (!strcmp(val, "open"))
-        cfg->fail_open = 1;
-      else {
-        set_err(err, errlen,
-                "--on-store-error: '%s' is not a mode; use closed or open", val);
-        return -1;
-      }
-    } else if (!strcmp(name, "--max-body")) {
-      if (parse_sz(name, val, &cfg->max_body, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--max-response")) {
-      if (parse_sz(name, val, &cfg->max_response, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--max-header")) {
-      if (parse_sz(name, val, &cfg->max_header, err, errlen))
-        return -1;
-      if (cfg->max_header < 1024 || cfg->max_header > 1024 * 1024) {
-        set_err(err, errlen,
-                "--max-header: '%s' is out of range; use a size from 1KiB to "
-                "1MiB (e.g. 32KiB)",
-                val);
-        return -1;
-      }
-    } else if (!strcmp(name, "--send-timeout")) {
-      if (parse_dur(name, val, &cfg->send_timeout_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--drain-timeout")) {
-      if (parse_dur(name, val, &cfg->drain_timeout_ms, 0, err, errlen))
-        return -1;
-    } else if (!strcmp(name, "--spool")) {
-      if (!*val) {
-        set_err(err, errlen, "--spool: empty path; use a directory or off");
-        return -1;
-      }
-      cfg->spool_dir = strcmp(val, "off") ? val : NULL;
-    } else if (!strcmp(name, "--workers") || !strcmp(name, "--max-conns")) {
-      int workers = !strcmp(name, "--workers");
-      long most = workers ? 64 : 1000000;
-      char *end;
-      long n = strtol(val, &end, 10);
-      if (!*val || *end || n < 1 || n > most) {
-        set_err(err, errlen, "%s: '%s' is not a %s; use a number from 1 to %ld", name, val,
-                workers ? "worker count" : "connection count", most);
-        return -1;
-      }
-      *(workers ? &cfg->workers : &cfg->max_conns) = (int)n;
-    }
-  }
-  if (!have_upstream) {
-    set_err(err, errlen,
-            "--upstream is required; use http://HOST:PORT (e.g. "
-            "--upstream http://127.0.0.1:9000)");
-    return -1;
-  }
-  return 0;
+void gw_config_usage(FILE *out) {
+  fputs("usage: idem serve --upstream http://HOST:PORT [options]\n"
+        "\n"
+        "HTTP reverse proxy that gives an API Idempotency-Key semantics.\n"
+        "\n"
+        "options:\n",
+        out);
+  settings_usage(&serve_table, out);
+  fputs("\nDurations: 500ms, 30s, 5m, 24h, 7d. Sizes: 512, 64KiB, 1MiB.\n", out);
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define GW_MAX_METHODS 16
 
@@ -39,6 +40,7 @@ typedef struct {
   int64_t drain_timeout_ms;  /* --drain-timeout, default 30s */
   int max_conns;             /* --max-conns, per worker, default 4096 */
   const char *spool_dir;     /* --spool DIR, default ./idem-spool; NULL: off */
+  int has_upstream;          /* --upstream was given */
   int has_admin;
   gw_addr admin;             /* --admin-listen */
   int workers;               /* --workers, default: number of cores */
@@ -55,8 +57,13 @@ void gw_config_init(gw_config *cfg);
 int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
                     size_t errlen);
 
-/* The usage text of `idem serve --help`. */
-extern const char gw_config_usage[];
+/* Set one setting by name ("lock-ttl") from text, as the flag would: 0, or
+ * -1 with a sentence in err. (A config file's keys go through here.) */
+int gw_config_set(gw_config *cfg, const char *name, const char *value, char *err,
+                  size_t errlen);
+
+/* Write the usage text of `idem serve --help`. */
+void gw_config_usage(FILE *out);
 
 /* Parse "HOST:PORT", "[V6]:PORT" or ":PORT" into a numeric address. */
 int gw_addr_parse(const char *text, gw_addr *out);
