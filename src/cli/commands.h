@@ -3,6 +3,8 @@
 #ifndef IDEM_CLI_COMMANDS_H
 #define IDEM_CLI_COMMANDS_H
 
+#include "core/settings.h"
+
 int cmd_serve(int argc, char **argv);   /* serve.c: the HTTP gateway */
 int cmd_keys(int argc, char **argv);    /* keys.c: get, delete, list records */
 int cmd_gc(int argc, char **argv);      /* gc.c: one retention pass */
@@ -11,6 +13,13 @@ int cmd_migrate(int argc, char **argv); /* migrate.c: create/upgrade a schema */
 /* Print "idem CMD: MESSAGE" and a hint to run --help, return 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Parse argv by the settings table t into cfg (its defaults first;
+ * positional words go to positional(cfg, ...)). Returns 0; 1 when --help
+ * was printed (usage, the options, usage_end); or 2 after a usage error. */
+int cli_parse(const setting_table *t, void *cfg, int argc, char **argv,
+              int (*positional)(void *arg, const char *word, char *err, size_t errlen),
+              const char *usage, const char *usage_end);
 
 /* Open an existing store for CMD (keys, gc), printing why not on failure;
  * returns 0 or exit code 1. An lmdb: path that holds no store is an error

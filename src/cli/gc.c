@@ -42,17 +42,9 @@ static const setting_table gc_table = {"gc", gc_settings, sizeof gc_settings / s
 
 int cmd_gc(int argc, char **argv) {
   gc_args args = {0};
-  char why[256];
-  int rc = settings_defaults(&gc_table, &args, why, sizeof why);
-  if (!rc)
-    rc = settings_parse_argv(&gc_table, &args, argc, argv, NULL, NULL, why, sizeof why);
-  if (rc == 1) {
-    fputs(usage, stdout);
-    settings_usage(&gc_table, stdout);
-    return 0;
-  }
+  int rc = cli_parse(&gc_table, &args, argc, argv, NULL, usage, NULL);
   if (rc)
-    return cli_usage_error("gc", "%s", why);
+    return rc == 1 ? 0 : rc; /* 1: --help was printed */
   const char *store = args.store;
   size_t limit = (size_t)args.limit;
 

@@ -159,18 +159,10 @@ static int take_word(void *arg, const char *word, char *err, size_t len) {
 
 /* 0, 1 for --help (printed), or the usage error's exit code */
 static int parse_args(int argc, char **argv, keys_args *a) {
-  char err[256];
   memset(a, 0, sizeof *a);
-  int rc = settings_defaults(&keys_table, a, err, sizeof err);
-  if (!rc)
-    rc = settings_parse_argv(&keys_table, a, argc, argv, take_word, a, err, sizeof err);
-  if (rc == 1) {
-    fputs(usage, stdout);
-    settings_usage(&keys_table, stdout);
-    return 1;
-  }
+  int rc = cli_parse(&keys_table, a, argc, argv, take_word, usage, NULL);
   if (rc)
-    return cli_usage_error("keys", "%s", err);
+    return rc;
   if (a->nwords == 0)
     return cli_usage_error("keys", "missing action: get, delete or list");
   a->action = a->words[0];

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/settings.h"
 #include "idem/idem.h"
 
 static const char usage[] =
@@ -39,6 +40,22 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\nRun 'idem %s --help' for usage.\n", cmd);
   return 2;
+}
+
+int cli_parse(const setting_table *t, void *cfg, int argc, char **argv,
+              int (*positional)(void *arg, const char *word, char *err, size_t errlen),
+              const char *usage, const char *usage_end) {
+  char err[256];
+  int rc = settings_defaults(t, cfg, err, sizeof err);
+  if (!rc)
+    rc = settings_parse_argv(t, cfg, argc, argv, positional, cfg, err, sizeof err);
+  if (rc == 1) {
+    fputs(usage, stdout);
+    settings_usage(t, stdout);
+    fputs(usage_end ? usage_end : "", stdout);
+    return 1;
+  }
+  return rc ? cli_usage_error(t->command, "%s", err) : 0;
 }
 
 int cli_open_existing_store(const char *cmd, const char *uri, idem_sync **out) {

@@ -99,16 +99,10 @@ static int postgres(const char *uri, int check) {
 
 int cmd_migrate(int argc, char **argv) {
   migrate_args args = {0};
-  char err[256];
-  int rc = settings_parse_argv(&migrate_table, &args, argc, argv, NULL, NULL, err, sizeof err);
-  if (rc == 1) {
-    fputs(usage, stdout);
-    settings_usage(&migrate_table, stdout);
-    fputs("\nexit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n", stdout);
-    return 0;
-  }
+  int rc = cli_parse(&migrate_table, &args, argc, argv, NULL, usage,
+                     "\nexit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n");
   if (rc)
-    return cli_usage_error("migrate", "%s", err);
+    return rc == 1 ? 0 : rc; /* 1: --help was printed */
   const char *uri = args.store;
   int check = args.check;
   if (!uri || !*uri)
