@@ -76,6 +76,7 @@ typedef struct gw_exchange {
   const gw_buf *keep_headers, *keep_body;
   int keep_is_marker;
   void (*kept)(struct gw_exchange *ex, int ok);
+  void (*released)(struct gw_exchange *ex);
   int bypass;       /* the store failed and --on-store-error open let it by */
   int after_release; /* what to answer once the release is done */
   /* the upstream request and answer */
@@ -146,6 +147,19 @@ size_t gw_conn_stream_backlog(const gw_exchange *ex);
 
 /* Shutdown: close idle connections now, the others after their answer. */
 void gw_conn_drain_all(gw_worker *w);
+
+/* ---- keep.c ---- */
+
+/* Keep the answer of ex's claimed request (status, headers, body: borrowed
+ * until kept runs): in the store, else its marker when the store is full,
+ * else in the spool. kept(ex, 1) once something durable holds it (or the
+ * lease moved on and another answer is kept); kept(ex, 0) when nothing
+ * could. is_marker: what is kept is the marker already (a spilled answer). */
+void gw_keep(gw_exchange *ex, int status, const gw_buf *headers, const gw_buf *body,
+             int is_marker, void (*kept)(gw_exchange *ex, int ok));
+
+/* Release ex's claimed key (spooled when the store fails), then released(ex). */
+void gw_keep_release(gw_exchange *ex, void (*released)(gw_exchange *ex));
 
 /* ---- engine.c ---- */
 
