@@ -352,3 +352,56 @@ def wait_spool_empty(gw, timeout=30.0):
 
 def fmt(v):
     return "n/a (no such metric)" if v is None else "%d" % v
+
+
+# ---- a small filesystem that fills up ------------------------------------------
+
+def mount_tmpfs(test, size):
+    """Mount a tmpfs of size (e.g. "4m") on a new temp dir; unmounted (by
+    path) and removed at the test's cleanup. Skips the test, saying why,
+    when not root or when mount is refused (a container without
+    CAP_SYS_ADMIN)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    if os.geteuid() != 0:
+        test.skipTest("needs root to mount a small tmpfs (mount -t tmpfs)")
+    d = tempfile.mkdtemp(prefix="idem-e2e-tmpfs-")
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", d],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    if p.returncode != 0:
+        os.rmdir(d)
+        test.skipTest("mount -t tmpfs refused: %s" % p.stdout.decode(errors="replace").strip())
+
+    def unmount():
+        # lazily, in case a process still holds a file there; by path only
+        subprocess.run(["umount", "-l", d], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30)
+        shutil.rmtree(d, True)
+    test.addCleanup(unmount)
+    return d
+
+
+def fill(path, chunk=65536):
+    """Write zeros into the file path until the filesystem refuses (ENOSPC);
+    returns the bytes written."""
+    import errno
+    import os
+    n = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        buf = b"\0" * chunk
+        while True:
+            try:
+                w = os.write(fd, buf)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    if len(buf) > 1:  # the last pages too
+                        buf = buf[:len(buf) // 2]
+                        continue
+                    return n
+                raise
+            n += w
+    finally:
+        os.close(fd)
