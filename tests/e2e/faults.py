@@ -359,22 +359,26 @@ def fmt(v):
 
 # ---- a small filesystem that fills up ------------------------------------------
 
-def mount_tmpfs(test, size):
+def mount_tmpfs(test, size, skip=True):
     """Mount a tmpfs of size (e.g. "4m") on a new temp dir; unmounted (by
-    path) and removed at the test's cleanup. Skips the test, saying why,
-    when not root or when mount is refused (a container without
-    CAP_SYS_ADMIN)."""
+    path) and removed at the test's cleanup. When not root or when mount is
+    refused (a container without CAP_SYS_ADMIN): skips the test saying why,
+    or with skip=False returns None."""
     import os
     import shutil
     import subprocess
     import tempfile
     if os.geteuid() != 0:
+        if not skip:
+            return None
         test.skipTest("needs root to mount a small tmpfs (mount -t tmpfs)")
     d = tempfile.mkdtemp(prefix="idem-e2e-tmpfs-")
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", d],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
     if p.returncode != 0:
         os.rmdir(d)
+        if not skip:
+            return None
         test.skipTest("mount -t tmpfs refused: %s" % p.stdout.decode(errors="replace").strip())
 
     def unmount():

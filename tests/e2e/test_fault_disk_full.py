@@ -15,7 +15,6 @@ upstream must not have run it again.
 The tmpfs case needs root (mount); it is skipped, saying so, otherwise.
 """
 
-import os
 import re
 import subprocess
 import time
