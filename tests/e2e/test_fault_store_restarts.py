@@ -160,6 +160,7 @@ class StoreRestarts(GatewayTestCase):
         self.assertIsNotNone(first, "no answer\n" + ctx())
         self.assertEqual(first.status, 201, "%r\n%s" % (first, ctx()))
         self.assertFalse(first.replayed)
+        spooled = faults.metric(gw, "idem_spool_entries")
 
         def retry():
             # a store client still reconnecting answers 503: retry past it
@@ -168,6 +169,8 @@ class StoreRestarts(GatewayTestCase):
                 interval=0.05, what="an answer other than 503")
             return r
         r = retry()
+        print("\n  minimal: the client got %d; idem_spool_entries then %s; an immediate retry got "
+              "%d (replayed %s)" % (first.status, faults.fmt(spooled), r.status, r.replayed))
         self.assertNotEqual(r.status, 409, "an immediate retry is busy: the answer the client "
                             "got was neither spooled nor stored\n%r\n%s" % (r, ctx()))
         self.assertEqual((r.status, r.replayed, r.body), (201, True, first.body), ctx())
