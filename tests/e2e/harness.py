@@ -15,6 +15,13 @@ is on sys.path when a test runs as a script):
     gw.kill()      # SIGKILL (crash)
     gw.restart()   # same flags and ports, fresh process
     gw.stderr()    # everything the process wrote to stderr
+    gw.spool_dir   # its --spool DIR (see below)
+
+Every gateway gets `--spool DIR`, a temp dir of its own, unless its args
+already hold `--spool`: tests never share ./idem-spool. The dir is kept
+across kill() and restart() (a restarted gateway drains what its previous
+run spooled) and removed by stop() (unless IDEM_E2E_KEEP=1, or
+stop(keep_spool=True)); gw.spool_dir is None when the args chose the spool.
 
 GatewayTestCase.start_upstream()/start_gateway() register cleanups, so a
 test stops what it started even when it fails; an atexit hook kills any
@@ -144,12 +151,14 @@ class Response:
 
 _live = set()
 _live_lock = threading.Lock()
+_spools = set()  # spool dirs of gateways not stopped yet
 
 
 @atexit.register
 def _kill_leftovers():
     with _live_lock:
         procs = list(_live)
+        spools = list(_spools)
     for p in procs:
         if p.poll() is None:
             try:
@@ -157,6 +166,13 @@ def _kill_leftovers():
                 p.wait(5)
             except Exception:
                 pass
+    if not os.environ.get("IDEM_E2E_KEEP"):
+        for d in spools:
+            shutil.rmtree(d, True)
+
+
+def _has_spool_arg(args):
+    return any(a == "--spool" or str(a).startswith("--spool=") for a in args)
 
 
 class Gateway:
@@ -174,6 +190,11 @@ class Gateway:
         self._errf = None
         self._errpath = None
         self._errs = []  # stderr of earlier runs (restart)
+        self.spool_dir = None
+        if not _has_spool_arg(self.args):
+            self.spool_dir = tempfile.mkdtemp(prefix="idem-spool-")
+            with _live_lock:
+                _spools.add(self.spool_dir)
 
     @property
     def url(self):
@@ -191,11 +212,17 @@ class Gateway:
             a += ["--store", self.store]
         if self.admin_port:
             a += ["--admin-listen", "127.0.0.1:%d" % self.admin_port]
+        if self.spool_dir is not None:
+            a += ["--spool", self.spool_dir]
         return a + self.args
 
     def start(self, timeout=15.0):
         """Start and wait until "listening on" was printed and the port
         accepts connections; raise with the stderr if it exits first."""
+        if self.spool_dir is not None:  # stop() removed it: start empty
+            os.makedirs(self.spool_dir, 0o700, exist_ok=True)
+            with _live_lock:
+                _spools.add(self.spool_dir)
         fd, self._errpath = tempfile.mkstemp(prefix="idem-serve-", suffix=".err")
         self._errf = os.fdopen(fd, "w+b")
         self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
@@ -259,15 +286,25 @@ class Gateway:
             os.unlink(self._errpath)
             self._errpath = None
 
-    def stop(self, timeout=10.0):
+    def stop(self, timeout=10.0, keep_spool=False):
         """SIGTERM, wait up to timeout, then SIGKILL. Returns the exit code
-        (negative: killed by that signal). Idempotent."""
-        if self.proc is None or self._errpath is None:
-            return self.proc.returncode if self.proc else None
-        if self.proc.poll() is None:
-            terminate(self.proc, timeout)
-        self._reap()
-        return self.proc.returncode
+        (negative: killed by that signal). Idempotent. Removes the spool
+        dir unless keep_spool or IDEM_E2E_KEEP."""
+        if self.proc is not None and self._errpath is not None:
+            if self.proc.poll() is None:
+                terminate(self.proc, timeout)
+            self._reap()
+        if not keep_spool:
+            self._remove_spool()
+        return self.proc.returncode if self.proc else None
+
+    def _remove_spool(self):
+        if self.spool_dir is None:
+            return
+        with _live_lock:
+            _spools.discard(self.spool_dir)
+        if not os.environ.get("IDEM_E2E_KEEP"):
+            shutil.rmtree(self.spool_dir, True)
 
     def kill(self):
         """SIGKILL, as a crash would. Returns the exit code."""
@@ -288,7 +325,7 @@ class Gateway:
     def restart(self, timeout=15.0):
         """Start again with the same flags and ports (after stop or kill)."""
         if self.alive():
-            self.stop()
+            self.stop(keep_spool=True)
         return self.start(timeout)
 
     # ---- requests ---------------------------------------------------------
