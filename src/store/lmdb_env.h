@@ -50,10 +50,10 @@ struct lmdb_env {
   pthread_t writer;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  idem_req *queue_head, *queue_tail; /* writes, in submit order */
+  idem_queue queue; /* writes, in submit order */
   size_t queue_len;
   size_t wake_at; /* enqueue wakes the writer when queue_len reaches this */
-  idem_req *gc_head, *gc_tail;       /* IDEM_OP_GC, served one chunk at a time */
+  idem_queue gc;    /* IDEM_OP_GC, served one chunk at a time */
   int stopping;
   /* writer-private */
   idem_req **batch;

@@ -375,9 +375,7 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
   if (!err && more && gc->result.count < limit)
     return; /* next turn */
   pthread_mutex_lock(&e->lock);
-  e->gc_head = gc->next;
-  if (!e->gc_head)
-    e->gc_tail = NULL;
+  idem_queue_remove(&gc->node);
   pthread_mutex_unlock(&e->lock);
   if (err)
     idem_req_fail(gc, err);
@@ -403,7 +401,8 @@ static void *writer_main(void *arg) {
       int dead;
       mdb_reader_check(e->env, &dead);
     }
-    while (!e->queue_head && !e->gc_head && !sweeping && !e->stopping) {
+    while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !sweeping &&
+           !e->stopping) {
       e->wake_at = 1;
       if (!interval) {
         pthread_cond_wait(&e->wake, &e->lock);
@@ -413,7 +412,7 @@ static void *writer_main(void *arg) {
         break; /* the sweep is due: the top of the loop starts it */
       wait_until_us(e, next_sweep * 1000);
     }
-    if (e->stopping && !e->queue_head)
+    if (e->stopping && idem_queue_empty(&e->queue))
       break;
     /* gather the callers the last commit acknowledged (see the top) */
     if (e->queue_len && e->queue_len < last_batch && !e->stopping) {
@@ -425,15 +424,10 @@ static void *writer_main(void *arg) {
     }
     e->wake_at = SIZE_MAX; /* busy: enqueue need not signal */
     size_t n = 0;
-    while (e->queue_head && n < e->opt.batch_max) {
-      idem_req *req = e->queue_head;
-      e->queue_head = req->next;
-      e->batch[n++] = req;
-    }
+    while (n < e->opt.batch_max && !idem_queue_empty(&e->queue))
+      e->batch[n++] = idem_req_of(idem_queue_pop(&e->queue));
     e->queue_len -= n;
-    if (!e->queue_head)
-      e->queue_tail = NULL;
-    idem_req *gc = e->gc_head;
+    idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
 
     if (n) {
@@ -456,19 +450,19 @@ static void *writer_main(void *arg) {
     pthread_mutex_lock(&e->lock);
   }
   /* closing: a gc request still running reports what it deleted so far */
-  idem_req *gc = e->gc_head;
-  e->gc_head = e->gc_tail = NULL;
+  idem_queue gcs;
+  idem_queue_move(&e->gc, &gcs);
   pthread_mutex_unlock(&e->lock);
-  while (gc) {
-    idem_req *next = gc->next;
+  idem_req *gc;
+  while ((gc = idem_req_of(idem_queue_pop(&gcs))))
     idem_req_finish(gc);
-    gc = next;
-  }
   return NULL;
 }
 
 int lmdb_writer_start(lmdb_env *e) {
   pthread_condattr_t attr;
+  idem_queue_init(&e->queue);
+  idem_queue_init(&e->gc);
   e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
   e->refused = calloc(e->opt.batch_max, 1);
   if (!e->batch || !e->refused)
@@ -497,22 +491,13 @@ fail:
 }
 
 void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
-  req->next = NULL;
   pthread_mutex_lock(&e->lock);
   int wake;
   if (req->op.kind == IDEM_OP_GC) {
-    if (e->gc_tail)
-      e->gc_tail->next = req;
-    else
-      e->gc_head = req;
-    e->gc_tail = req;
+    idem_queue_insert_tail(&e->gc, &req->node);
     wake = 1;
   } else {
-    if (e->queue_tail)
-      e->queue_tail->next = req;
-    else
-      e->queue_head = req;
-    e->queue_tail = req;
+    idem_queue_insert_tail(&e->queue, &req->node);
     wake = ++e->queue_len >= e->wake_at;
   }
   /* one wake-up per gathered batch, not one per request */

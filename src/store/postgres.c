@@ -60,7 +60,7 @@ typedef struct pg_store pg_store;
 
 /* Operations sent with one sync: one transaction. */
 typedef struct batch {
-  struct batch *next;
+  idem_queue node; /* in its connection's sent */
   int n;      /* operations */
   int got;    /* statements whose results are all in */
   int failed; /* an error came: nothing of the batch committed */
@@ -87,7 +87,7 @@ struct pg_conn {
   uv_timer_t timer; /* reconnect backoff; while connected, the watchdog */
   int watching;
   unsigned backoff_ms;
-  batch *head, *tail; /* sent, waiting for their results, in order */
+  idem_queue sent;    /* batches waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
   /* the hosts' lookups (see the top): one round at a time */
@@ -100,7 +100,7 @@ struct pg_conn {
 };
 
 typedef struct {
-  idem_req *head, *tail;
+  idem_queue reqs;
   size_t n;
 } req_queue;
 
@@ -129,24 +129,14 @@ static void on_poll(uv_poll_t *handle, int status, int events);
 /* ---- small helpers ----------------------------------------------------- */
 
 static void push(req_queue *q, idem_req *req) {
-  req->next = NULL;
-  if (q->tail)
-    q->tail->next = req;
-  else
-    q->head = req;
-  q->tail = req;
+  idem_queue_insert_tail(&q->reqs, &req->node);
   q->n++;
 }
 
 static idem_req *pop(req_queue *q) {
-  idem_req *req = q->head;
-  if (req) {
-    q->head = req->next;
-    if (!q->head)
-      q->tail = NULL;
+  idem_req *req = idem_req_of(idem_queue_pop(&q->reqs));
+  if (req)
     q->n--;
-    req->next = NULL;
-  }
   return req;
 }
 
@@ -166,6 +156,12 @@ static int available(const pg_store *st) {
 static void set_error(pg_store *st, const char *why) {
   free(st->last_error);
   st->last_error = idem_pg_message("postgres", why);
+}
+
+/* The oldest batch c has sent and not yet had answered, or NULL. */
+static batch *oldest_batch(const pg_conn_t *c) {
+  idem_queue *node = idem_queue_head(&c->sent);
+  return node ? IDEM_QUEUE_DATA(node, batch, node) : NULL;
 }
 
 static void batch_free(batch *b) {
@@ -275,16 +271,14 @@ static void conn_drop(pg_conn_t *c) {
   if (c->pg)
     PQfinish(c->pg);
   c->pg = NULL;
-  batch *b = c->head;
-  c->head = c->tail = NULL;
   c->in_flight = 0;
-  while (b) {
-    batch *next = b->next;
+  batch *b;
+  while ((b = oldest_batch(c))) {
+    idem_queue_remove(&b->node);
     /* the batch may or may not have committed: the caller must know */
     for (int i = 0; i < b->n; i++)
       idem_req_fail(b->reqs[i], IDEM_ESTORE);
     batch_free(b);
-    b = next;
   }
 }
 
@@ -338,7 +332,7 @@ static void on_watchdog(uv_timer_t *timer) {
 
 static void watchdog(pg_conn_t *c, int progress) {
   int waiting = c->state == C_CONNECTING || c->state == C_SETUP ||
-                (c->state == C_READY && c->head);
+                (c->state == C_READY && !idem_queue_empty(&c->sent));
   if (!waiting) {
     if (c->watching && c->state == C_READY)
       uv_timer_stop(&c->timer);
@@ -529,10 +523,8 @@ static void setup_done(pg_conn_t *c) {
 
 /* The batch at the head has its sync: it committed, or nothing of it did. */
 static void batch_done(pg_conn_t *c) {
-  batch *b = c->head;
-  c->head = b->next;
-  if (!c->head)
-    c->tail = NULL;
+  batch *b = oldest_batch(c);
+  idem_queue_remove(&b->node);
   c->in_flight -= (size_t)b->n;
   pg_store *st = c->st;
   if (!b->failed) {
@@ -556,15 +548,16 @@ static void batch_done(pg_conn_t *c) {
  * error the rest of the batch comes back PIPELINE_ABORTED. */
 static void take_results(pg_conn_t *c) {
   int nulls = 0;
-  while (c->pg && (c->state == C_SETUP || c->head)) {
+  while (c->pg && (c->state == C_SETUP || !idem_queue_empty(&c->sent))) {
     if (PQisBusy(c->pg))
       break;
     PGresult *r = PQgetResult(c->pg);
     if (!r) {
       if (++nulls > 1)
         break;
-      if (c->state != C_SETUP && c->head->got < c->head->n)
-        c->head->got++;
+      batch *b = oldest_batch(c);
+      if (c->state != C_SETUP && b->got < b->n)
+        b->got++;
       continue;
     }
     nulls = 0;
@@ -582,7 +575,7 @@ static void take_results(pg_conn_t *c) {
         PQclear(r);
       }
     } else {
-      batch *b = c->head;
+      batch *b = oldest_batch(c);
       if (is_error(r)) {
         if (!b->failed) {
           b->failed = 1;
@@ -607,7 +600,7 @@ static void close_idle(pg_store *st) {
   if (!st->closing || st->pending.n || st->solo.n)
     return;
   for (int i = 0; i < st->nconns; i++)
-    if (st->conns[i].state == C_READY && !st->conns[i].head)
+    if (st->conns[i].state == C_READY && idem_queue_empty(&st->conns[i].sent))
       conn_close(&st->conns[i]);
 }
 
@@ -689,11 +682,7 @@ static void send_batch(pg_conn_t *c, req_queue *q, int n) {
   for (int i = 0; i < n; i++)
     b->reqs[i] = pop(q);
   sort_stable(b->reqs, n);
-  if (c->tail)
-    c->tail->next = b;
-  else
-    c->head = b;
-  c->tail = b;
+  idem_queue_insert_tail(&c->sent, &b->node);
   c->in_flight += (size_t)n;
   int ok = 1;
   for (int i = 0; ok && i < n; i++) {
@@ -794,6 +783,8 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
     idem_pg_hosts_free(&st->hosts);
   st->nconns = u.pool;
   st->conns = conns;
+  idem_queue_init(&st->pending.reqs);
+  idem_queue_init(&st->solo.reqs);
   store->impl = st;
   uv_prepare_init(store->loop, &st->prepare);
   st->prepare.data = st;
@@ -801,6 +792,7 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
   for (int i = 0; i < st->nconns; i++) {
     pg_conn_t *c = &conns[i];
     c->st = st;
+    idem_queue_init(&c->sent);
     c->backoff_ms = BACKOFF_MIN_MS;
     uv_timer_init(store->loop, &c->timer);
     c->timer.data = c;

@@ -83,8 +83,8 @@ typedef struct {
   int naddrs, next_addr;
   idem_slow_addrs slow; /* addresses that timed out: tried last */
   int addrs_ready;       /* the last lookup ended after its attempt: unused */
-  idem_req *wait_head, *wait_tail; /* submitted while CONNECTING */
-  cmd *fl_head, *fl_tail;          /* in flight, in the order sent */
+  idem_queue waiting; /* reqs submitted while CONNECTING */
+  idem_queue flight;  /* cmds in flight, in the order sent */
   size_t held;                     /* reqs not yet finished */
   char last_error[160];
 } rstore;
@@ -97,7 +97,7 @@ struct cmd {
   int kind;
   int timed_out;
   uint64_t deadline; /* uv_now */
-  cmd *prev, *next;
+  idem_queue node;   /* in rs->flight */
   list_ctx *list;
   size_t index;      /* C_LISTGET: candidate */
 };
@@ -288,9 +288,15 @@ static int error_reply(rstore *rs, const redisReply *r) {
 
 static void arm_cmd_timer(rstore *rs);
 
+/* The oldest command in flight, or NULL. */
+static cmd *oldest_cmd(const rstore *rs) {
+  idem_queue *node = idem_queue_head(&rs->flight);
+  return node ? IDEM_QUEUE_DATA(node, cmd, node) : NULL;
+}
+
 static void on_cmd_timer(uv_timer_t *t) {
   rstore *rs = t->data;
-  cmd *c = rs->fl_head;
+  cmd *c = oldest_cmd(rs);
   if (c == NULL)
     return;
   if (uv_now(rs->loop) >= c->deadline) {
@@ -304,37 +310,25 @@ static void on_cmd_timer(uv_timer_t *t) {
 }
 
 static void arm_cmd_timer(rstore *rs) {
-  if (rs->fl_head == NULL) {
+  cmd *oldest = oldest_cmd(rs);
+  if (oldest == NULL) {
     uv_timer_stop(&rs->cmd_timer);
     return;
   }
-  uint64_t now = uv_now(rs->loop), at = rs->fl_head->deadline;
+  uint64_t now = uv_now(rs->loop), at = oldest->deadline;
   uv_timer_start(&rs->cmd_timer, on_cmd_timer, at > now ? at - now : 0, 0);
 }
 
 static void flight_add(rstore *rs, cmd *c) {
   c->deadline = uv_now(rs->loop) + (uint64_t)rs->uri.timeout_ms;
-  c->next = NULL;
-  c->prev = rs->fl_tail;
-  if (rs->fl_tail)
-    rs->fl_tail->next = c;
-  else
-    rs->fl_head = c;
-  rs->fl_tail = c;
-  if (c == rs->fl_head)
+  idem_queue_insert_tail(&rs->flight, &c->node);
+  if (c == oldest_cmd(rs))
     arm_cmd_timer(rs);
 }
 
 static void flight_remove(rstore *rs, cmd *c) {
-  int was_head = c == rs->fl_head;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    rs->fl_head = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  else
-    rs->fl_tail = c->prev;
+  int was_head = c == oldest_cmd(rs);
+  idem_queue_remove(&c->node);
   if (was_head)
     arm_cmd_timer(rs);
 }
@@ -780,13 +774,11 @@ static void start_any(rstore *rs, idem_req *req) {
 }
 
 static void fail_waiting(rstore *rs, int err) {
-  idem_req *req = rs->wait_head;
-  rs->wait_head = rs->wait_tail = NULL;
-  while (req) {
-    idem_req *next = req->next;
+  idem_queue waiting;
+  idem_req *req;
+  idem_queue_move(&rs->waiting, &waiting);
+  while ((req = idem_req_of(idem_queue_pop(&waiting))))
     req_done(rs, req, err);
-    req = next;
-  }
 }
 
 static void on_backoff(uv_timer_t *t) {
@@ -895,13 +887,11 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
     fprintf(stderr, "idem: redis %s:%d: connected again\n", rs->uri.host, rs->uri.port);
     rs->last_error[0] = '\0';
   }
-  idem_req *req = rs->wait_head;
-  rs->wait_head = rs->wait_tail = NULL;
-  while (req) {
-    idem_req *next = req->next;
+  idem_queue waiting;
+  idem_req *req;
+  idem_queue_move(&rs->waiting, &waiting);
+  while ((req = idem_req_of(idem_queue_pop(&waiting))))
     start_any(rs, req);
-    req = next;
-  }
 }
 
 static void on_resolved(void *owner, int status, const struct addrinfo *addrs) {
@@ -914,7 +904,7 @@ static void on_resolved(void *owner, int status, const struct addrinfo *addrs) {
   if (rs->state != R_CONNECTING || rs->ac) {
     /* its attempt timed out: the next one starts from these addresses */
     rs->addrs_ready = status == 0 && rs->naddrs > 0;
-  } else if (rs->closing && !rs->wait_head) {
+  } else if (rs->closing && idem_queue_empty(&rs->waiting)) {
     rs->state = R_DOWN; /* nothing waits for this connection */
     uv_timer_stop(&rs->conn_timer);
   } else if (status < 0) {
@@ -1056,12 +1046,7 @@ static void redis_submit(idem_store *store, idem_req *req) {
   if (rs->state == R_UP) {
     start_any(rs, req);
   } else if (rs->state == R_CONNECTING) {
-    req->next = NULL;
-    if (rs->wait_tail)
-      rs->wait_tail->next = req;
-    else
-      rs->wait_head = req;
-    rs->wait_tail = req;
+    idem_queue_insert_tail(&rs->waiting, &req->node);
   } else if (req->op.kind == IDEM_OP_GC) {
     req_done(rs, req, 0);
   } else {
@@ -1072,7 +1057,7 @@ static void redis_submit(idem_store *store, idem_req *req) {
 static void redis_close(idem_store *store) {
   rstore *rs = store->impl;
   rs->closing = 1;
-  if (rs->state != R_UP && !(rs->state == R_CONNECTING && rs->wait_head))
+  if (rs->state != R_UP && !(rs->state == R_CONNECTING && !idem_queue_empty(&rs->waiting)))
     uv_timer_stop(&rs->conn_timer);
   maybe_teardown(rs);
 }
@@ -1093,6 +1078,8 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
     signal(SIGPIPE, SIG_IGN);
   rs->store = store;
   rs->loop = store->loop;
+  idem_queue_init(&rs->waiting);
+  idem_queue_init(&rs->flight);
   rs->sha = idem_redis_script_sha();
   rs->backoff_ms = BACKOFF_MIN_MS;
   rs->jitter = (uv_hrtime() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)rs) | 1;
