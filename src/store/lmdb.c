@@ -275,39 +275,9 @@ static void env_free(lmdb_env *e) {
   free(e);
 }
 
-void lmdb_map_hold(lmdb_env *e) { pthread_rwlock_rdlock(&e->map_lock); }
-
-void lmdb_map_release(lmdb_env *e) { pthread_rwlock_unlock(&e->map_lock); }
-
-/* A second gateway restarted with a larger map_size (the cure for a full
- * map) writes past this process's map: adopt its size rather than fail
- * every operation until a restart. */
-int lmdb_map_adopt(lmdb_env *e) {
-  pthread_rwlock_unlock(&e->map_lock);
-  pthread_rwlock_wrlock(&e->map_lock);
-  int rc = mdb_env_set_mapsize(e->env, 0); /* 0: the size in the file's meta page */
-  MDB_envinfo info;
-  if (rc == 0 && mdb_env_info(e->env, &info) == 0 && info.me_mapsize > e->opt.map_size)
-    e->opt.map_size = info.me_mapsize;
-  pthread_rwlock_unlock(&e->map_lock);
-  pthread_rwlock_rdlock(&e->map_lock);
-  return rc;
-}
-
-static int map_lock_init(pthread_rwlock_t *l) {
-  pthread_rwlockattr_t attr;
-  if (pthread_rwlockattr_init(&attr))
-    return -1;
-  /* a remap must not wait behind an endless stream of replays */
-  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  int rc = pthread_rwlock_init(l, &attr);
-  pthread_rwlockattr_destroy(&attr);
-  return rc;
-}
-
 static int env_open(const char *real, const lmdb_options *opt, lmdb_env **out, char **errmsg) {
   lmdb_env *e = calloc(1, sizeof *e);
-  if (!e || !(e->path = strdup(real)) || map_lock_init(&e->map_lock)) {
+  if (!e || !(e->path = strdup(real)) || lmdb_map_lock_init(&e->map_lock)) {
     if (e)
       free(e->path);
     free(e);

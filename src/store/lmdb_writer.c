@@ -98,7 +98,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,23 +123,6 @@ static int64_t mono_ms(void) { return mono_us() / 1000; }
 static void wait_until_us(lmdb_env *e, int64_t until) {
   struct timespec ts = {.tv_sec = until / 1000000, .tv_nsec = (until % 1000000) * 1000};
   pthread_cond_timedwait(&e->wake, &e->lock, &ts);
-}
-
-/* LMDB reports a short write as EIO; on a disk that is (nearly) out of space
- * that is a full store, not a broken one. */
-static int disk_full(const char *path) {
-  struct statvfs sv;
-  return statvfs(path, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < (UINT64_C(1) << 20);
-}
-
-int lmdb_error(lmdb_env *e, int rc) {
-  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL || rc == ENOSPC || rc == EDQUOT ||
-      (rc == EIO && disk_full(e->path))) {
-    atomic_fetch_add(&e->errors_full, 1);
-    return IDEM_EFULL;
-  }
-  atomic_fetch_add(&e->errors_store, 1);
-  return rc == ENOMEM ? IDEM_ENOMEM : IDEM_ESTORE;
 }
 
 static void reset_result(idem_req *req) {
