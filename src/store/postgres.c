@@ -24,7 +24,8 @@
  * A lost connection, or one silent for timeout= (default 10s) while it owes
  * answers, fails the operations it carried with IDEM_ESTORE (their
  * fate is unknown to us: the batch may have committed) and comes back with
- * capped exponential backoff. While no connection is up, new operations fail
+ * capped exponential backoff, jittered (backoff.h) so that gateways that lost
+ * the same server do not all reconnect at once. While no connection is up, new operations fail
  * at once with IDEM_ESTORE instead of waiting: the gateway answers 503 and
  * the client retries.
  *
@@ -47,6 +48,7 @@
 #include <string.h>
 
 #include "store/backend.h"
+#include "store/backoff.h"
 #include "store/lookup.h"
 #include "store/postgres.h"
 
@@ -86,7 +88,7 @@ struct pg_conn {
   int poll_events;
   uv_timer_t timer; /* reconnect backoff; while connected, the watchdog */
   int watching;
-  unsigned backoff_ms;
+  idem_backoff backoff;
   idem_queue sent;    /* batches waiting for their results, in order */
   size_t in_flight;   /* operations in those batches */
   PGresult *setup;    /* C_SETUP: the last result, or the first error */
@@ -301,8 +303,7 @@ static void conn_fail(pg_conn_t *c, const char *why) {
   } else {
     conn_drop(c);
     c->state = C_DOWN;
-    uv_timer_start(&c->timer, on_timer, c->backoff_ms, 0);
-    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+    uv_timer_start(&c->timer, on_timer, idem_backoff_next(&c->backoff), 0);
   }
   if (!available(st)) {
     fail_queue(&st->solo, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
@@ -516,7 +517,7 @@ static void setup_done(pg_conn_t *c) {
     return;
   }
   c->state = C_READY;
-  c->backoff_ms = BACKOFF_MIN_MS;
+  idem_backoff_reset(&c->backoff);
   if (c->st->hosts.n)
     idem_slow_addrs_forget(&c->st->slow, PQhostaddr(c->pg));
 }
@@ -793,7 +794,7 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
     pg_conn_t *c = &conns[i];
     c->st = st;
     idem_queue_init(&c->sent);
-    c->backoff_ms = BACKOFF_MIN_MS;
+    idem_backoff_init(&c->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS, idem_backoff_seed(c));
     uv_timer_init(store->loop, &c->timer);
     c->timer.data = c;
     st->handles++;

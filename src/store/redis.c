@@ -43,17 +43,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "core/scoped_key.h"
 #include "store/backend.h"
+#include "store/backoff.h"
 #include "store/lookup.h"
 #include "store/redis.h"
 
-#define BACKOFF_MIN_MS 100
+#define BACKOFF_MIN_MS 100 /* reconnection: doubling, jittered (backoff.h) */
 #define BACKOFF_MAX_MS 2000
 #define SCAN_COUNT "1000"
 #define LIST_BATCH 256
@@ -73,8 +73,7 @@ typedef struct {
   int closing;
   int handshake_left;   /* replies still awaited before UP */
   int reconnect_soon;   /* a reply said this server cannot take writes */
-  int64_t backoff_ms;
-  uint64_t jitter;       /* xorshift state, seeded per handle */
+  idem_backoff backoff;
   uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
   uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
   int timers_open;
@@ -792,14 +791,7 @@ static void schedule_reconnect(rstore *rs) {
     maybe_teardown(rs);
     return;
   }
-  int64_t d = rs->backoff_ms;
-  /* jitter: 75%..125%, so that a fleet does not reconnect in step */
-  rs->jitter ^= rs->jitter << 13;
-  rs->jitter ^= rs->jitter >> 7;
-  rs->jitter ^= rs->jitter << 17;
-  d = d * 3 / 4 + (int64_t)(rs->jitter % (uint64_t)(d / 2 + 1));
-  rs->backoff_ms = rs->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rs->backoff_ms * 2;
-  uv_timer_start(&rs->conn_timer, on_backoff, (uint64_t)d, 0);
+  uv_timer_start(&rs->conn_timer, on_backoff, idem_backoff_next(&rs->backoff), 0);
 }
 
 /* Give up this connection: every command in flight gets a NULL reply
@@ -880,7 +872,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   if (--rs->handshake_left > 0)
     return;
   rs->state = R_UP;
-  rs->backoff_ms = BACKOFF_MIN_MS;
+  idem_backoff_reset(&rs->backoff);
   idem_slow_addrs_forget(&rs->slow, rs->addrs[rs->next_addr - 1]);
   uv_timer_stop(&rs->conn_timer);
   if (rs->last_error[0]) { /* quiet on a first connect, loud on a recovery */
@@ -1081,8 +1073,7 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   idem_queue_init(&rs->waiting);
   idem_queue_init(&rs->flight);
   rs->sha = idem_redis_script_sha();
-  rs->backoff_ms = BACKOFF_MIN_MS;
-  rs->jitter = (uv_hrtime() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)rs) | 1;
+  idem_backoff_init(&rs->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS, idem_backoff_seed(rs));
   uv_timer_init(rs->loop, &rs->conn_timer);
   uv_timer_init(rs->loop, &rs->cmd_timer);
   rs->conn_timer.data = rs->cmd_timer.data = rs;
