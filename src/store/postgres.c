@@ -58,7 +58,7 @@
 
 enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
 
-typedef struct pg_store pg_store;
+typedef struct pgs_store pgs_store;
 
 /* Operations sent with one sync: one transaction. */
 typedef struct batch {
@@ -71,16 +71,19 @@ typedef struct batch {
   PGresult **res;
 } batch;
 
-typedef struct pg_conn pg_conn_t;
+/* Not pg_conn: that is libpq's own struct, the one behind PGconn, and
+ * defining it here would give PGconn this layout in this file. The pgs_
+ * prefix (PostgreSQL store) keeps out of libpq's pg_ names. */
+typedef struct pgs_conn pgs_conn;
 
 /* The owner of one host's lookup: which connection, which host. */
 typedef struct {
-  pg_conn_t *c;
+  pgs_conn *c;
   int host;
-} pg_lookup;
+} pgs_lookup;
 
-struct pg_conn {
-  pg_store *st;
+struct pgs_conn {
+  pgs_store *st;
   int state;
   PGconn *pg;
   uv_poll_t *poll; /* own allocation: closing it outlives a reconnect */
@@ -95,7 +98,7 @@ struct pg_conn {
   /* the hosts' lookups (see the top): one round at a time */
   int lookups_out;    /* of this round, not yet called back */
   int addrs_ready;    /* the last round ended after its attempt: unused */
-  pg_lookup lookup[IDEM_PG_HOSTS_MAX];
+  pgs_lookup lookup[IDEM_PG_HOSTS_MAX];
   idem_pg_found found[IDEM_PG_HOSTS_MAX];
   char lookup_error[200]; /* the round's first failure */
   idem_pg_lists lists;    /* what libpq gets */
@@ -106,11 +109,11 @@ typedef struct {
   size_t n;
 } req_queue;
 
-struct pg_store {
+struct pgs_store {
   idem_store *store;
   idem_pg_uri uri;
   int nconns;
-  pg_conn_t *conns;
+  pgs_conn *conns;
   req_queue pending; /* submitted, not yet sent */
   req_queue solo;    /* one per transaction: gc, and a failed batch again */
   uv_prepare_t prepare; /* sends what this turn of the loop submitted */
@@ -123,9 +126,9 @@ struct pg_store {
   idem_slow_addrs slow; /* their addresses that timed out: tried last */
 };
 
-static void conn_fail(pg_conn_t *c, const char *why);
-static void maybe_closed(pg_store *st);
-static void dispatch(pg_store *st);
+static void conn_fail(pgs_conn *c, const char *why);
+static void maybe_closed(pgs_store *st);
+static void dispatch(pgs_store *st);
 static void on_poll(uv_poll_t *handle, int status, int events);
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -148,20 +151,20 @@ static void fail_queue(req_queue *q, int err) {
     idem_req_fail(req, err);
 }
 
-static int available(const pg_store *st) {
+static int available(const pgs_store *st) {
   for (int i = 0; i < st->nconns; i++)
     if (st->conns[i].state == C_READY || st->conns[i].state == C_SETUP)
       return 1;
   return 0;
 }
 
-static void set_error(pg_store *st, const char *why) {
+static void set_error(pgs_store *st, const char *why) {
   free(st->last_error);
   st->last_error = idem_pg_message("postgres", why);
 }
 
 /* The oldest batch c has sent and not yet had answered, or NULL. */
-static batch *oldest_batch(const pg_conn_t *c) {
+static batch *oldest_batch(const pgs_conn *c) {
   idem_queue *node = idem_queue_head(&c->sent);
   return node ? IDEM_QUEUE_DATA(node, batch, node) : NULL;
 }
@@ -173,14 +176,14 @@ static void batch_free(batch *b) {
 }
 
 static void on_handle_closed(uv_handle_t *handle) {
-  pg_store *st = handle->data;
+  pgs_store *st = handle->data;
   st->handles--;
   maybe_closed(st);
 }
 
 /* When closing and every connection is closed: close the prepare handle,
  * then, once every handle is gone, free and tell the generic layer. */
-static void maybe_closed(pg_store *st) {
+static void maybe_closed(pgs_store *st) {
   if (st->closing != 1)
     return;
   for (int i = 0; i < st->nconns; i++)
@@ -206,13 +209,13 @@ static void maybe_closed(pg_store *st) {
 /* ---- socket watching --------------------------------------------------- */
 
 static void on_poll_closed(uv_handle_t *handle) {
-  pg_store *st = handle->data;
+  pgs_store *st = handle->data;
   free(handle);
   st->handles--;
   maybe_closed(st);
 }
 
-static void unwatch(pg_conn_t *c) {
+static void unwatch(pgs_conn *c) {
   if (c->poll) {
     c->poll->data = c->st; /* the close callback only needs the store */
     uv_close((uv_handle_t *)c->poll, on_poll_closed);
@@ -223,7 +226,7 @@ static void unwatch(pg_conn_t *c) {
 /* Poll the connection's socket for events. libpq may switch sockets while
  * connecting, and a new socket may reuse the old number, so while
  * connecting the watch is always registered afresh. */
-static int watch(pg_conn_t *c, int events) {
+static int watch(pgs_conn *c, int events) {
   int fd = PQsocket(c->pg);
   if (fd < 0)
     return -1;
@@ -255,7 +258,7 @@ static int watch(pg_conn_t *c, int events) {
 }
 
 /* Push buffered output; watch for writability while some is left. */
-static int flush(pg_conn_t *c) {
+static int flush(pgs_conn *c) {
   int r = PQflush(c->pg);
   if (r < 0)
     return -1;
@@ -265,7 +268,7 @@ static int flush(pg_conn_t *c) {
 /* ---- connection life --------------------------------------------------- */
 
 /* Drop the connection and everything it carried (failed with IDEM_ESTORE). */
-static void conn_drop(pg_conn_t *c) {
+static void conn_drop(pgs_conn *c) {
   unwatch(c);
   c->watching = 0;
   PQclear(c->setup);
@@ -284,19 +287,19 @@ static void conn_drop(pg_conn_t *c) {
   }
 }
 
-static void conn_close(pg_conn_t *c) {
+static void conn_close(pgs_conn *c) {
   conn_drop(c);
   c->state = C_CLOSED;
   c->timer.data = c->st;
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
-static void conn_start(pg_conn_t *c);
+static void conn_start(pgs_conn *c);
 
 static void on_timer(uv_timer_t *timer) { conn_start(timer->data); }
 
-static void conn_fail(pg_conn_t *c, const char *why) {
-  pg_store *st = c->st;
+static void conn_fail(pgs_conn *c, const char *why) {
+  pgs_store *st = c->st;
   set_error(st, why);
   if (st->closing) {
     conn_close(c);
@@ -316,7 +319,7 @@ static void conn_fail(pg_conn_t *c, const char *why) {
  * packets) would hold operations forever: no answer within timeout= while
  * something is outstanding fails the connection, and with it them. */
 static void on_watchdog(uv_timer_t *timer) {
-  pg_conn_t *c = timer->data;
+  pgs_conn *c = timer->data;
   char why[160];
   const char *addr = c->pg && c->st->hosts.n ? PQhostaddr(c->pg) : NULL;
   if (addr && *addr && (c->state == C_CONNECTING || c->state == C_SETUP)) {
@@ -331,7 +334,7 @@ static void on_watchdog(uv_timer_t *timer) {
   conn_fail(c, why);
 }
 
-static void watchdog(pg_conn_t *c, int progress) {
+static void watchdog(pgs_conn *c, int progress) {
   int waiting = c->state == C_CONNECTING || c->state == C_SETUP ||
                 (c->state == C_READY && !idem_queue_empty(&c->sent));
   if (!waiting) {
@@ -352,7 +355,7 @@ static const char lock_timeout_sql[] =
     "WHERE current_setting('lock_timeout') IN ('0', '0ms')";
 
 /* Prepare every statement and check the schema, in one pipelined round. */
-static void conn_setup(pg_conn_t *c) {
+static void conn_setup(pgs_conn *c) {
   PGconn *pg = c->pg;
   int ok = PQsetnonblocking(pg, 1) == 0 && PQenterPipelineMode(pg);
   for (int i = 0; ok && i < IDEM_PG_NSTMT; i++) {
@@ -369,7 +372,7 @@ static void conn_setup(pg_conn_t *c) {
     watchdog(c, 1);
 }
 
-static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
+static void connect_step(pgs_conn *c, PostgresPollingStatusType want) {
   switch (want) {
   case PGRES_POLLING_READING:
     if (watch(c, UV_READABLE))
@@ -391,7 +394,7 @@ static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
 /* Start libpq's connection; at the looked-up addresses when lists is
  * given (one entry per address: libpq tries them in order, as it tries
  * every address of a name it looks up itself). */
-static void conn_connect(pg_conn_t *c, const idem_pg_lists *lists) {
+static void conn_connect(pgs_conn *c, const idem_pg_lists *lists) {
   if (lists) {
     /* later keywords override what the expanded URI (dbname) sets */
     const char *const keys[] = {"dbname", "host", "hostaddr", lists->ports[0] ? "port" : NULL,
@@ -411,8 +414,8 @@ static void conn_connect(pg_conn_t *c, const idem_pg_lists *lists) {
 
 /* The round of lookups is over: connect, or keep the addresses for the
  * next attempt if this one ended meanwhile. */
-static void lookups_done(pg_conn_t *c) {
-  pg_store *st = c->st;
+static void lookups_done(pgs_conn *c) {
+  pgs_store *st = c->st;
   int n = idem_pg_hosts_lists(&st->hosts, c->found, &st->slow, &c->lists);
   if (c->state != C_CONNECTING || c->pg) {
     /* its attempt timed out (or the store closes): the next attempt
@@ -426,16 +429,16 @@ static void lookups_done(pg_conn_t *c) {
 }
 
 /* Host i of the round gave no address: keep the round's first reason. */
-static void lookup_failed(pg_conn_t *c, int i, const char *why) {
+static void lookup_failed(pgs_conn *c, int i, const char *why) {
   if (!c->lookup_error[0])
     snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
              c->st->hosts.name[i], why);
 }
 
 static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
-  pg_lookup *l = owner;
-  pg_conn_t *c = l->c;
-  pg_store *st = c->st;
+  pgs_lookup *l = owner;
+  pgs_conn *c = l->c;
+  pgs_store *st = c->st;
   st->lookups--;
   idem_pg_found *f = &c->found[l->host];
   f->n = status == 0 ? idem_lookup_addresses(ai, f->addr, IDEM_LOOKUP_MAX) : 0;
@@ -448,8 +451,8 @@ static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
 
 /* Look every host name up on the thread pool (numeric hosts stand for
  * themselves); lookups_done follows when the last one answers. */
-static void lookups_start(pg_conn_t *c) {
-  pg_store *st = c->st;
+static void lookups_start(pgs_conn *c) {
+  pgs_store *st = c->st;
   c->lookup_error[0] = '\0';
   c->lookups_out = 1; /* held while starting: done runs once, at the end */
   for (int i = 0; i < st->hosts.n; i++) {
@@ -460,7 +463,7 @@ static void lookups_start(pg_conn_t *c) {
       f->n = 1;
       continue;
     }
-    c->lookup[i] = (pg_lookup){c, i};
+    c->lookup[i] = (pgs_lookup){c, i};
     int rc = idem_lookup_start(st->store->loop, st->hosts.name[i], on_lookup, &c->lookup[i]);
     if (rc < 0) {
       lookup_failed(c, i, uv_strerror(rc));
@@ -473,8 +476,8 @@ static void lookups_start(pg_conn_t *c) {
     lookups_done(c);
 }
 
-static void conn_start(pg_conn_t *c) {
-  pg_store *st = c->st;
+static void conn_start(pgs_conn *c) {
+  pgs_store *st = c->st;
   c->state = C_CONNECTING;
   watchdog(c, 1); /* bounds the whole connection attempt, lookups included */
   if (!st->hosts.n) {
@@ -501,7 +504,7 @@ static int is_error(const PGresult *r) {
   return st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK;
 }
 
-static void setup_done(pg_conn_t *c) {
+static void setup_done(pgs_conn *c) {
   PGresult *r = c->setup;
   c->setup = NULL;
   char *msg = NULL;
@@ -523,11 +526,11 @@ static void setup_done(pg_conn_t *c) {
 }
 
 /* The batch at the head has its sync: it committed, or nothing of it did. */
-static void batch_done(pg_conn_t *c) {
+static void batch_done(pgs_conn *c) {
   batch *b = oldest_batch(c);
   idem_queue_remove(&b->node);
   c->in_flight -= (size_t)b->n;
-  pg_store *st = c->st;
+  pgs_store *st = c->st;
   if (!b->failed) {
     for (int i = 0; i < b->n; i++) {
       idem_req *req = b->reqs[i];
@@ -547,7 +550,7 @@ static void batch_done(pg_conn_t *c) {
 /* Take every result that has arrived. A batch sends n statements and a
  * sync: each statement's result, then a NULL; then PIPELINE_SYNC. After an
  * error the rest of the batch comes back PIPELINE_ABORTED. */
-static void take_results(pg_conn_t *c) {
+static void take_results(pgs_conn *c) {
   int nulls = 0;
   while (c->pg && (c->state == C_SETUP || !idem_queue_empty(&c->sent))) {
     if (PQisBusy(c->pg))
@@ -597,7 +600,7 @@ static void take_results(pg_conn_t *c) {
 }
 
 /* While closing: a connection with nothing left to carry closes. */
-static void close_idle(pg_store *st) {
+static void close_idle(pgs_store *st) {
   if (!st->closing || st->pending.n || st->solo.n)
     return;
   for (int i = 0; i < st->nconns; i++)
@@ -606,7 +609,7 @@ static void close_idle(pg_store *st) {
 }
 
 static void on_poll(uv_poll_t *handle, int status, int events) {
-  pg_conn_t *c = handle->data;
+  pgs_conn *c = handle->data;
   if (c->poll != handle)
     return;
   if (c->state == C_CONNECTING) {
@@ -627,17 +630,17 @@ static void on_poll(uv_poll_t *handle, int status, int events) {
   }
   take_results(c);
   watchdog(c, events & UV_READABLE);
-  pg_store *st = c->st;
+  pgs_store *st = c->st;
   dispatch(st);
   close_idle(st);
 }
 
 /* ---- sending ----------------------------------------------------------- */
 
-static pg_conn_t *least_loaded(pg_store *st) {
-  pg_conn_t *best = NULL;
+static pgs_conn *least_loaded(pgs_store *st) {
+  pgs_conn *best = NULL;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &st->conns[i];
+    pgs_conn *c = &st->conns[i];
     if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT &&
         (!best || c->in_flight < best->in_flight))
       best = c;
@@ -670,7 +673,7 @@ static void sort_stable(idem_req **reqs, int n) {
 }
 
 /* Send n operations from q on c as one batch. */
-static void send_batch(pg_conn_t *c, req_queue *q, int n) {
+static void send_batch(pgs_conn *c, req_queue *q, int n) {
   batch *b = calloc(1, sizeof *b + (size_t)n * (sizeof *b->reqs + sizeof *b->res));
   if (!b) {
     for (int i = 0; i < n; i++)
@@ -698,8 +701,8 @@ static void send_batch(pg_conn_t *c, req_queue *q, int n) {
     watchdog(c, 0);
 }
 
-static void dispatch(pg_store *st) {
-  pg_conn_t *c;
+static void dispatch(pgs_store *st) {
+  pgs_conn *c;
   while (st->solo.n && (c = least_loaded(st)))
     send_batch(c, &st->solo, 1);
   while (st->pending.n && (c = least_loaded(st))) {
@@ -721,8 +724,8 @@ static void on_prepare(uv_prepare_t *prepare) {
 
 /* ---- the backend ------------------------------------------------------- */
 
-static void pg_submit(idem_store *store, idem_req *req) {
-  pg_store *st = store->impl;
+static void pgs_submit(idem_store *store, idem_req *req) {
+  pgs_store *st = store->impl;
   if (!available(st)) {
     idem_req_fail(req, IDEM_ESTORE);
     return;
@@ -735,11 +738,11 @@ static void pg_submit(idem_store *store, idem_req *req) {
 }
 
 /* Operations already submitted still run; connections close as they drain. */
-static void pg_close(idem_store *store) {
-  pg_store *st = store->impl;
+static void pgs_close(idem_store *store) {
+  pgs_store *st = store->impl;
   st->closing = 1;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &st->conns[i];
+    pgs_conn *c = &st->conns[i];
     if (c->state == C_DOWN || c->state == C_CONNECTING)
       conn_close(c);
   }
@@ -751,7 +754,7 @@ static void pg_close(idem_store *store) {
   maybe_closed(st);
 }
 
-static int pg_open(idem_store *store, const char *uri, char **errmsg) {
+static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
   idem_pg_uri u;
   int err = idem_pg_uri_parse(uri, &u, errmsg);
   if (err)
@@ -769,8 +772,8 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
     err = idem_pg_migrate(pg, NULL, errmsg);
   else if (!(err = idem_pg_schema_version(pg, &version, errmsg)))
     err = idem_pg_schema_check(version, errmsg);
-  pg_store *st = err ? NULL : calloc(1, sizeof *st);
-  pg_conn_t *conns = st ? calloc((size_t)u.pool, sizeof *conns) : NULL;
+  pgs_store *st = err ? NULL : calloc(1, sizeof *st);
+  pgs_conn *conns = st ? calloc((size_t)u.pool, sizeof *conns) : NULL;
   if (!conns) {
     free(st);
     PQfinish(pg);
@@ -791,7 +794,7 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
   st->prepare.data = st;
   st->handles++;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &conns[i];
+    pgs_conn *c = &conns[i];
     c->st = st;
     idem_queue_init(&c->sent);
     idem_backoff_init(&c->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS, idem_backoff_seed(c));
@@ -808,7 +811,7 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
 
 const idem_backend idem_backend_postgres = {
     .scheme = "postgres",
-    .open = pg_open,
-    .submit = pg_submit,
-    .close = pg_close,
+    .open = pgs_open,
+    .submit = pgs_submit,
+    .close = pgs_close,
 };
