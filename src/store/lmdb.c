@@ -43,7 +43,17 @@ typedef struct {
 } lmdb_handle;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static lmdb_env *registry;
+static idem_queue registry = {&registry, &registry}; /* lmdb_env.registered */
+
+static lmdb_env *env_find(const char *real) {
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &registry) {
+    lmdb_env *e = IDEM_QUEUE_DATA(node, lmdb_env, registered);
+    if (!strcmp(e->path, real))
+      return e;
+  }
+  return NULL;
+}
 
 static int fail(char **errmsg, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -326,13 +336,9 @@ static int lmdb_open(idem_store *store, const char *uri, char **errmsg) {
   if ((err = prepare_dir(path, opt.create, errmsg)) == 0 && !realpath(path, real))
     err = fail(errmsg, IDEM_ESTORE, "lmdb: cannot resolve '%s': %s", path, strerror(errno));
   if (!err) {
-    lmdb_env *e = registry;
-    while (e && strcmp(e->path, real))
-      e = e->next_env;
-    if (!e && (err = env_open(real, &opt, &e, errmsg)) == 0) {
-      e->next_env = registry;
-      registry = e;
-    }
+    lmdb_env *e = env_find(real);
+    if (!e && (err = env_open(real, &opt, &e, errmsg)) == 0)
+      idem_queue_insert_tail(&registry, &e->registered);
     if (!err) {
       e->refs++;
       h->env = e;
@@ -357,10 +363,7 @@ static void lmdb_close(idem_store *store) {
    * the old environment to be gone (LMDB: one MDB_env per file) */
   pthread_mutex_lock(&registry_lock);
   if (--e->refs == 0) {
-    lmdb_env **p = &registry;
-    while (*p != e)
-      p = &(*p)->next_env;
-    *p = e->next_env;
+    idem_queue_remove(&e->registered);
     lmdb_writer_stop(e);
     env_free(e);
   }

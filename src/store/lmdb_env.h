@@ -36,7 +36,7 @@ typedef struct {
 typedef struct lmdb_env lmdb_env;
 struct lmdb_env {
   char *path; /* realpath of the directory: the registry key */
-  lmdb_env *next_env;
+  idem_queue registered; /* in lmdb.c's registry */
   int refs; /* open handles; guarded by the registry lock */
   lmdb_options opt;
 

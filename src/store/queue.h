@@ -5,10 +5,12 @@
  * queue in O(1). Every list of pending work in src/store is one of these:
  * completions waiting for the loop (store.c), the LMDB writer's queues,
  * PostgreSQL's pending and solo operations and sent batches, Redis's
- * requests waiting for a connection and commands in flight.
+ * requests waiting for a connection and commands in flight; and so are the
+ * process-wide registries of memory: tables and LMDB environments.
  *
  * A queue is a node that stands for its own head: initialise it with
- * idem_queue_init before use (a zeroed one is not empty, it is broken), and
+ * idem_queue_init (or, static, as {&q, &q}) before use (a zeroed one is
+ * not empty, it is broken), and
  * do not copy it while it holds anything. Not thread-safe: whoever shares
  * one between threads holds a lock around it.
  */
