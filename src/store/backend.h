@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "store/queue.h"
 
 typedef struct idem_req idem_req;
 
@@ -31,9 +32,15 @@ struct idem_req {
   idem_cb cb;
   void *arg;
   idem_store *store;
-  idem_req *next;    /* free for the backend's queues until finished */
+  idem_queue node;   /* the backend's queues until finished, then store.c's */
   char storage[];
 };
+
+/* The req queued by its node; NULL for NULL, so that
+ * idem_req_of(idem_queue_pop(q)) is NULL once q is empty. */
+static inline idem_req *idem_req_of(idem_queue *node) {
+  return node ? IDEM_QUEUE_DATA(node, idem_req, node) : NULL;
+}
 
 typedef struct {
   const char *scheme; /* URI scheme without ':' */
@@ -50,7 +57,7 @@ struct idem_store {
   /* completed reqs waiting to be called back on the loop */
   uv_async_t done_async;
   pthread_mutex_t done_lock;
-  idem_req *done_head, *done_tail;
+  idem_queue done;
   size_t in_flight; /* submitted, not yet called back (loop thread only) */
   int closing;
   int backend_closed;

@@ -24,6 +24,7 @@
 
 #include "core/scoped_key.h"
 #include "store/lmdb_env.h"
+#include "store/uri_options.h"
 
 #define FORMAT_MAGIC "idem-lmdb"
 #define FORMAT_VERSION 1u
@@ -42,7 +43,17 @@ typedef struct {
 } lmdb_handle;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static lmdb_env *registry;
+static idem_queue registry = {&registry, &registry}; /* lmdb_env.registered */
+
+static lmdb_env *env_find(const char *real) {
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &registry) {
+    lmdb_env *e = IDEM_QUEUE_DATA(node, lmdb_env, registered);
+    if (!strcmp(e->path, real))
+      return e;
+  }
+  return NULL;
+}
 
 static int fail(char **errmsg, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -70,42 +81,50 @@ static int parse_count(const char *v, size_t min, size_t max, size_t *out) {
   return 0;
 }
 
+/* One name=value of the URI; every refusal reads "lmdb: NAME 'VALUE': want ...". */
 static int parse_option(const char *name, const char *value, lmdb_options *opt,
                         char **errmsg) {
+  const char *want = NULL;
   if (!strcmp(name, "map_size")) {
     if (idem_parse_size(value, &opt->map_size) || opt->map_size < (UINT64_C(1) << 20))
-      return fail(errmsg, IDEM_EURI, "lmdb: map_size '%s': want a size of at least 1MiB, e.g. 4GiB", value);
-    return 0;
-  }
-  if (!strcmp(name, "batch")) {
+      want = "a size of at least 1MiB, e.g. 4GiB";
+  } else if (!strcmp(name, "batch")) {
     if (parse_count(value, 1, 65536, &opt->batch_max))
-      return fail(errmsg, IDEM_EURI, "lmdb: batch '%s': want a number of operations per commit, 1..65536", value);
-    return 0;
-  }
-  if (!strcmp(name, "sweep_interval")) {
-    if (!strcmp(value, "0") || !strcmp(value, "off")) {
+      want = "a number of operations per commit, 1..65536";
+  } else if (!strcmp(name, "sweep_interval")) {
+    if (!strcmp(value, "0") || !strcmp(value, "off"))
       opt->sweep_interval_ms = 0;
-      return 0;
-    }
-    if (idem_parse_duration(value, &opt->sweep_interval_ms))
-      return fail(errmsg, IDEM_EURI, "lmdb: sweep_interval '%s': want a duration like 5s, or off", value);
-    return 0;
-  }
-  if (!strcmp(name, "sweep_batch")) {
+    else if (idem_parse_duration(value, &opt->sweep_interval_ms))
+      want = "a duration like 5s, or off";
+  } else if (!strcmp(name, "sweep_batch")) {
     if (parse_count(value, 1, 1000000, &opt->sweep_batch))
-      return fail(errmsg, IDEM_EURI, "lmdb: sweep_batch '%s': want a number of deletions per transaction, 1..1000000", value);
-    return 0;
-  }
-  if (!strcmp(name, "create")) {
-    if (!strcmp(value, "yes") || !strcmp(value, "no")) {
+      want = "a number of deletions per transaction, 1..1000000";
+  } else if (!strcmp(name, "create")) {
+    if (!strcmp(value, "yes") || !strcmp(value, "no"))
       opt->create = !strcmp(value, "yes");
-      return 0;
-    }
-    return fail(errmsg, IDEM_EURI, "lmdb: create '%s': want yes or no", value);
+    else
+      want = "yes or no";
+  } else {
+    return fail(errmsg, IDEM_EURI,
+                "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch, create)",
+                name);
   }
-  return fail(errmsg, IDEM_EURI,
-              "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch, create)",
-              name);
+  return want ? fail(errmsg, IDEM_EURI, "lmdb: %s '%s': want %s", name, value, want) : 0;
+}
+
+static int parse_options(const char *query, lmdb_options *opt, char **errmsg) {
+  idem_uri_options o;
+  int err = idem_uri_options_parse(query, &o);
+  for (size_t i = 0; i < o.n && !err; i++) {
+    const idem_uri_option *item = &o.items[i];
+    if (!item->value)
+      err = fail(errmsg, IDEM_EURI, "lmdb: option '%.*s' has no value (want name=value)",
+                 (int)item->text_len, item->text);
+    else
+      err = parse_option(item->name, item->value, opt, errmsg);
+  }
+  idem_uri_options_free(&o);
+  return err;
 }
 
 /* "lmdb:PATH[?name=value&...]"; "lmdb:///abs" is accepted for "lmdb:/abs". */
@@ -118,26 +137,9 @@ static int parse_uri(const char *uri, char **path, lmdb_options *opt, char **err
   if (path_len == 0)
     return fail(errmsg, IDEM_EURI, "lmdb: no directory in '%s' (want lmdb:PATH, e.g. lmdb:./idem-data)", uri);
   *opt = default_options;
-  if (q) {
-    char *opts = strdup(q + 1), *save = NULL;
-    if (!opts)
-      return IDEM_ENOMEM;
-    for (char *item = strtok_r(opts, "&", &save); item; item = strtok_r(NULL, "&", &save)) {
-      char *eq = strchr(item, '=');
-      if (!eq) {
-        int err = fail(errmsg, IDEM_EURI, "lmdb: option '%s' has no value (want name=value)", item);
-        free(opts);
-        return err;
-      }
-      *eq = '\0';
-      int err = parse_option(item, eq + 1, opt, errmsg);
-      if (err) {
-        free(opts);
-        return err;
-      }
-    }
-    free(opts);
-  }
+  int err = q ? parse_options(q + 1, opt, errmsg) : 0;
+  if (err)
+    return err;
   if (!(*path = strndup(rest, path_len)))
     return IDEM_ENOMEM;
   return 0;
@@ -275,39 +277,9 @@ static void env_free(lmdb_env *e) {
   free(e);
 }
 
-void lmdb_map_hold(lmdb_env *e) { pthread_rwlock_rdlock(&e->map_lock); }
-
-void lmdb_map_release(lmdb_env *e) { pthread_rwlock_unlock(&e->map_lock); }
-
-/* A second gateway restarted with a larger map_size (the cure for a full
- * map) writes past this process's map: adopt its size rather than fail
- * every operation until a restart. */
-int lmdb_map_adopt(lmdb_env *e) {
-  pthread_rwlock_unlock(&e->map_lock);
-  pthread_rwlock_wrlock(&e->map_lock);
-  int rc = mdb_env_set_mapsize(e->env, 0); /* 0: the size in the file's meta page */
-  MDB_envinfo info;
-  if (rc == 0 && mdb_env_info(e->env, &info) == 0 && info.me_mapsize > e->opt.map_size)
-    e->opt.map_size = info.me_mapsize;
-  pthread_rwlock_unlock(&e->map_lock);
-  pthread_rwlock_rdlock(&e->map_lock);
-  return rc;
-}
-
-static int map_lock_init(pthread_rwlock_t *l) {
-  pthread_rwlockattr_t attr;
-  if (pthread_rwlockattr_init(&attr))
-    return -1;
-  /* a remap must not wait behind an endless stream of replays */
-  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-  int rc = pthread_rwlock_init(l, &attr);
-  pthread_rwlockattr_destroy(&attr);
-  return rc;
-}
-
 static int env_open(const char *real, const lmdb_options *opt, lmdb_env **out, char **errmsg) {
   lmdb_env *e = calloc(1, sizeof *e);
-  if (!e || !(e->path = strdup(real)) || map_lock_init(&e->map_lock)) {
+  if (!e || !(e->path = strdup(real)) || lmdb_map_lock_init(&e->map_lock)) {
     if (e)
       free(e->path);
     free(e);
@@ -364,13 +336,9 @@ static int lmdb_open(idem_store *store, const char *uri, char **errmsg) {
   if ((err = prepare_dir(path, opt.create, errmsg)) == 0 && !realpath(path, real))
     err = fail(errmsg, IDEM_ESTORE, "lmdb: cannot resolve '%s': %s", path, strerror(errno));
   if (!err) {
-    lmdb_env *e = registry;
-    while (e && strcmp(e->path, real))
-      e = e->next_env;
-    if (!e && (err = env_open(real, &opt, &e, errmsg)) == 0) {
-      e->next_env = registry;
-      registry = e;
-    }
+    lmdb_env *e = env_find(real);
+    if (!e && (err = env_open(real, &opt, &e, errmsg)) == 0)
+      idem_queue_insert_tail(&registry, &e->registered);
     if (!err) {
       e->refs++;
       h->env = e;
@@ -395,10 +363,7 @@ static void lmdb_close(idem_store *store) {
    * the old environment to be gone (LMDB: one MDB_env per file) */
   pthread_mutex_lock(&registry_lock);
   if (--e->refs == 0) {
-    lmdb_env **p = &registry;
-    while (*p != e)
-      p = &(*p)->next_env;
-    *p = e->next_env;
+    idem_queue_remove(&e->registered);
     lmdb_writer_stop(e);
     env_free(e);
   }

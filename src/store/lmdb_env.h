@@ -1,9 +1,11 @@
 /*
- * lmdb_env.h - internals shared by the LMDB store files:
+ * lmdb_env.h - internals shared by the LMDB store files, each using only
+ * the ones listed after it:
  *   lmdb.c         URI, the process-wide registry of environments, handles,
  *                  the read path (answers that need no write)
  *   lmdb_writer.c  the one writer thread per environment: group commit
  *   lmdb_sweep.c   the expiry index and the retention sweep
+ *   lmdb_env.c     the map lock, and MDB errors as IDEM_E codes
  *
  * LMDB allows one MDB_env per file per process, and the gateway opens one
  * store handle per loop, so handles on the same path share one lmdb_env and
@@ -34,7 +36,7 @@ typedef struct {
 typedef struct lmdb_env lmdb_env;
 struct lmdb_env {
   char *path; /* realpath of the directory: the registry key */
-  lmdb_env *next_env;
+  idem_queue registered; /* in lmdb.c's registry */
   int refs; /* open handles; guarded by the registry lock */
   lmdb_options opt;
 
@@ -50,10 +52,10 @@ struct lmdb_env {
   pthread_t writer;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  idem_req *queue_head, *queue_tail; /* writes, in submit order */
+  idem_queue queue; /* writes, in submit order */
   size_t queue_len;
   size_t wake_at; /* enqueue wakes the writer when queue_len reaches this */
-  idem_req *gc_head, *gc_tail;       /* IDEM_OP_GC, served one chunk at a time */
+  idem_queue gc;    /* IDEM_OP_GC, served one chunk at a time */
   int stopping;
   /* writer-private */
   idem_req **batch;
@@ -67,10 +69,11 @@ struct lmdb_env {
       errors_full, errors_store;
 };
 
-/* lmdb.c: hold the map around each transaction (begin to commit, abort or
- * reset). When a begin says MDB_MAP_RESIZED (another process grew the map
+/* lmdb_env.c: hold the map around each transaction (begin to commit, abort
+ * or reset). When a begin says MDB_MAP_RESIZED (another process grew the map
  * past this one's), lmdb_map_adopt, called holding it, remaps at the new
  * size while no transaction of this process is open, and holds it again. */
+int lmdb_map_lock_init(pthread_rwlock_t *l);
 void lmdb_map_hold(lmdb_env *e);
 void lmdb_map_release(lmdb_env *e);
 int lmdb_map_adopt(lmdb_env *e);
@@ -94,7 +97,7 @@ int lmdb_expiry_update(lmdb_env *e, MDB_txn *txn, const unsigned char *skey,
 int lmdb_sweep(lmdb_env *e, MDB_txn *txn, int64_t now, size_t limit,
                size_t *deleted, int *more);
 
-/* Map an MDB error to an IDEM_E code and count it. */
+/* lmdb_env.c: map an MDB error to an IDEM_E code and count it. */
 int lmdb_error(lmdb_env *e, int mdb_rc);
 
 #endif

@@ -98,7 +98,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,23 +123,6 @@ static int64_t mono_ms(void) { return mono_us() / 1000; }
 static void wait_until_us(lmdb_env *e, int64_t until) {
   struct timespec ts = {.tv_sec = until / 1000000, .tv_nsec = (until % 1000000) * 1000};
   pthread_cond_timedwait(&e->wake, &e->lock, &ts);
-}
-
-/* LMDB reports a short write as EIO; on a disk that is (nearly) out of space
- * that is a full store, not a broken one. */
-static int disk_full(const char *path) {
-  struct statvfs sv;
-  return statvfs(path, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < (UINT64_C(1) << 20);
-}
-
-int lmdb_error(lmdb_env *e, int rc) {
-  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL || rc == ENOSPC || rc == EDQUOT ||
-      (rc == EIO && disk_full(e->path))) {
-    atomic_fetch_add(&e->errors_full, 1);
-    return IDEM_EFULL;
-  }
-  atomic_fetch_add(&e->errors_store, 1);
-  return rc == ENOMEM ? IDEM_ENOMEM : IDEM_ESTORE;
 }
 
 static void reset_result(idem_req *req) {
@@ -375,9 +357,7 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
   if (!err && more && gc->result.count < limit)
     return; /* next turn */
   pthread_mutex_lock(&e->lock);
-  e->gc_head = gc->next;
-  if (!e->gc_head)
-    e->gc_tail = NULL;
+  idem_queue_remove(&gc->node);
   pthread_mutex_unlock(&e->lock);
   if (err)
     idem_req_fail(gc, err);
@@ -403,7 +383,8 @@ static void *writer_main(void *arg) {
       int dead;
       mdb_reader_check(e->env, &dead);
     }
-    while (!e->queue_head && !e->gc_head && !sweeping && !e->stopping) {
+    while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !sweeping &&
+           !e->stopping) {
       e->wake_at = 1;
       if (!interval) {
         pthread_cond_wait(&e->wake, &e->lock);
@@ -413,7 +394,7 @@ static void *writer_main(void *arg) {
         break; /* the sweep is due: the top of the loop starts it */
       wait_until_us(e, next_sweep * 1000);
     }
-    if (e->stopping && !e->queue_head)
+    if (e->stopping && idem_queue_empty(&e->queue))
       break;
     /* gather the callers the last commit acknowledged (see the top) */
     if (e->queue_len && e->queue_len < last_batch && !e->stopping) {
@@ -425,15 +406,10 @@ static void *writer_main(void *arg) {
     }
     e->wake_at = SIZE_MAX; /* busy: enqueue need not signal */
     size_t n = 0;
-    while (e->queue_head && n < e->opt.batch_max) {
-      idem_req *req = e->queue_head;
-      e->queue_head = req->next;
-      e->batch[n++] = req;
-    }
+    while (n < e->opt.batch_max && !idem_queue_empty(&e->queue))
+      e->batch[n++] = idem_req_of(idem_queue_pop(&e->queue));
     e->queue_len -= n;
-    if (!e->queue_head)
-      e->queue_tail = NULL;
-    idem_req *gc = e->gc_head;
+    idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
 
     if (n) {
@@ -456,19 +432,19 @@ static void *writer_main(void *arg) {
     pthread_mutex_lock(&e->lock);
   }
   /* closing: a gc request still running reports what it deleted so far */
-  idem_req *gc = e->gc_head;
-  e->gc_head = e->gc_tail = NULL;
+  idem_queue gcs;
+  idem_queue_move(&e->gc, &gcs);
   pthread_mutex_unlock(&e->lock);
-  while (gc) {
-    idem_req *next = gc->next;
+  idem_req *gc;
+  while ((gc = idem_req_of(idem_queue_pop(&gcs))))
     idem_req_finish(gc);
-    gc = next;
-  }
   return NULL;
 }
 
 int lmdb_writer_start(lmdb_env *e) {
   pthread_condattr_t attr;
+  idem_queue_init(&e->queue);
+  idem_queue_init(&e->gc);
   e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
   e->refused = calloc(e->opt.batch_max, 1);
   if (!e->batch || !e->refused)
@@ -497,22 +473,13 @@ fail:
 }
 
 void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
-  req->next = NULL;
   pthread_mutex_lock(&e->lock);
   int wake;
   if (req->op.kind == IDEM_OP_GC) {
-    if (e->gc_tail)
-      e->gc_tail->next = req;
-    else
-      e->gc_head = req;
-    e->gc_tail = req;
+    idem_queue_insert_tail(&e->gc, &req->node);
     wake = 1;
   } else {
-    if (e->queue_tail)
-      e->queue_tail->next = req;
-    else
-      e->queue_head = req;
-    e->queue_tail = req;
+    idem_queue_insert_tail(&e->queue, &req->node);
     wake = ++e->queue_len >= e->wake_at;
   }
   /* one wake-up per gathered batch, not one per request */

@@ -15,7 +15,7 @@ typedef struct entry {
 } entry;
 
 typedef struct table {
-  struct table *next;
+  idem_queue registered; /* in the registry */
   char *name;
   int refs;
   pthread_mutex_t lock;
@@ -24,7 +24,7 @@ typedef struct table {
 } table;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static table *registry;
+static idem_queue registry = {&registry, &registry};
 
 /* ---- the hash table ---------------------------------------------------- */
 
@@ -225,17 +225,23 @@ static void table_free(table *t) {
   free(t);
 }
 
+static table *table_find(const char *name) {
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &registry) {
+    table *t = IDEM_QUEUE_DATA(node, table, registered);
+    if (!strcmp(t->name, name))
+      return t;
+  }
+  return NULL;
+}
+
 static int memory_open(idem_store *store, const char *uri, char **errmsg) {
   (void)errmsg;
   const char *name = uri + strlen("memory:");
   pthread_mutex_lock(&registry_lock);
-  table *t = registry;
-  while (t && strcmp(t->name, name))
-    t = t->next;
-  if (!t && (t = table_new(name))) {
-    t->next = registry;
-    registry = t;
-  }
+  table *t = table_find(name);
+  if (!t && (t = table_new(name)))
+    idem_queue_insert_tail(&registry, &t->registered);
   if (t)
     t->refs++;
   pthread_mutex_unlock(&registry_lock);
@@ -248,10 +254,7 @@ static void memory_close(idem_store *store) {
   table *t = store->impl;
   pthread_mutex_lock(&registry_lock);
   if (--t->refs == 0) {
-    table **p = &registry;
-    while (*p != t)
-      p = &(*p)->next;
-    *p = t->next;
+    idem_queue_remove(&t->registered);
     table_free(t);
   }
   pthread_mutex_unlock(&registry_lock);

@@ -24,480 +24,26 @@
  * A lost connection, or one silent for timeout= (default 10s) while it owes
  * answers, fails the operations it carried with IDEM_ESTORE (their
  * fate is unknown to us: the batch may have committed) and comes back with
- * capped exponential backoff. While no connection is up, new operations fail
+ * capped exponential backoff, jittered (backoff.h) so that gateways that lost
+ * the same server do not all reconnect at once. While no connection is up, new operations fail
  * at once with IDEM_ESTORE instead of waiting: the gateway answers 503 and
  * the client retries.
  *
  * Opening connects once, blocking, to check the schema (IDEM_ESCHEMA with a
  * sentence telling to run `idem migrate`, or migrate=1 to migrate on open);
- * every later (re)connection is asynchronous and checks it again. libpq
- * looks a host name up inside PQconnectStart, on the calling thread: a slow
- * DNS server would stall the loop and every request on it. So a connection
- * to hosts given by name (one, or a list such as a primary and its
- * standby: postgres_hosts.c) starts with uv_getaddrinfo on the thread pool,
- * and libpq gets the addresses as hostaddr, tried in order (host and port
- * repeated per address: host serves TLS and .pgpass). libpq moves to the
- * next address only when one refuses; one that stays silent until
- * timeout= is tried after the others next time (idem_slow_addrs), shared
- * by the store's connections.
+ * every later (re)connection is asynchronous and checks it again
+ * (postgres_conn.c, which also looks host names up off the loop).
  */
-#include <netdb.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/backend.h"
-#include "store/lookup.h"
-#include "store/postgres.h"
+#include "store/postgres_env.h"
 
 #define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 
-enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
-
-typedef struct pg_store pg_store;
-
-/* Operations sent with one sync: one transaction. */
-typedef struct batch {
-  struct batch *next;
-  int n;      /* operations */
-  int got;    /* statements whose results are all in */
-  int failed; /* an error came: nothing of the batch committed */
-  int err;    /* IDEM_E* of the first error */
-  idem_req **reqs;
-  PGresult **res;
-} batch;
-
-typedef struct pg_conn pg_conn_t;
-
-/* The owner of one host's lookup: which connection, which host. */
-typedef struct {
-  pg_conn_t *c;
-  int host;
-} pg_lookup;
-
-struct pg_conn {
-  pg_store *st;
-  int state;
-  PGconn *pg;
-  uv_poll_t *poll; /* own allocation: closing it outlives a reconnect */
-  int poll_fd;
-  int poll_events;
-  uv_timer_t timer; /* reconnect backoff; while connected, the watchdog */
-  int watching;
-  unsigned backoff_ms;
-  batch *head, *tail; /* sent, waiting for their results, in order */
-  size_t in_flight;   /* operations in those batches */
-  PGresult *setup;    /* C_SETUP: the last result, or the first error */
-  /* the hosts' lookups (see the top): one round at a time */
-  int lookups_out;    /* of this round, not yet called back */
-  int addrs_ready;    /* the last round ended after its attempt: unused */
-  pg_lookup lookup[IDEM_PG_HOSTS_MAX];
-  idem_pg_found found[IDEM_PG_HOSTS_MAX];
-  char lookup_error[200]; /* the round's first failure */
-  idem_pg_lists lists;    /* what libpq gets */
-};
-
-typedef struct {
-  idem_req *head, *tail;
-  size_t n;
-} req_queue;
-
-struct pg_store {
-  idem_store *store;
-  idem_pg_uri uri;
-  int nconns;
-  pg_conn_t *conns;
-  req_queue pending; /* submitted, not yet sent */
-  req_queue solo;    /* one per transaction: gc, and a failed batch again */
-  uv_prepare_t prepare; /* sends what this turn of the loop submitted */
-  int prepare_closed;
-  int closing; /* 1: closing, 2: freed */
-  int handles; /* libuv handles not yet closed */
-  char *last_error;
-  idem_pg_hosts hosts; /* looked up before each connection (n: 0, by libpq) */
-  int lookups;       /* uv_getaddrinfo requests not yet called back */
-  idem_slow_addrs slow; /* their addresses that timed out: tried last */
-};
-
-static void conn_fail(pg_conn_t *c, const char *why);
-static void maybe_closed(pg_store *st);
-static void dispatch(pg_store *st);
-static void on_poll(uv_poll_t *handle, int status, int events);
-
-/* ---- small helpers ----------------------------------------------------- */
-
-static void push(req_queue *q, idem_req *req) {
-  req->next = NULL;
-  if (q->tail)
-    q->tail->next = req;
-  else
-    q->head = req;
-  q->tail = req;
-  q->n++;
-}
-
-static idem_req *pop(req_queue *q) {
-  idem_req *req = q->head;
-  if (req) {
-    q->head = req->next;
-    if (!q->head)
-      q->tail = NULL;
-    q->n--;
-    req->next = NULL;
-  }
-  return req;
-}
-
-static void fail_queue(req_queue *q, int err) {
-  idem_req *req;
-  while ((req = pop(q)))
-    idem_req_fail(req, err);
-}
-
-static int available(const pg_store *st) {
-  for (int i = 0; i < st->nconns; i++)
-    if (st->conns[i].state == C_READY || st->conns[i].state == C_SETUP)
-      return 1;
-  return 0;
-}
-
-static void set_error(pg_store *st, const char *why) {
-  free(st->last_error);
-  st->last_error = idem_pg_message("postgres", why);
-}
-
-static void batch_free(batch *b) {
-  for (int i = 0; i < b->n; i++)
-    PQclear(b->res[i]);
-  free(b);
-}
-
-static void on_handle_closed(uv_handle_t *handle) {
-  pg_store *st = handle->data;
-  st->handles--;
-  maybe_closed(st);
-}
-
-/* When closing and every connection is closed: close the prepare handle,
- * then, once every handle is gone, free and tell the generic layer. */
-static void maybe_closed(pg_store *st) {
-  if (st->closing != 1)
-    return;
-  for (int i = 0; i < st->nconns; i++)
-    if (st->conns[i].state != C_CLOSED)
-      return;
-  if (!st->prepare_closed) {
-    st->prepare_closed = 1;
-    uv_close((uv_handle_t *)&st->prepare, on_handle_closed);
-    return;
-  }
-  if (st->handles > 0 || st->lookups > 0)
-    return;
-  st->closing = 2;
-  idem_store *store = st->store;
-  free(st->uri.conninfo);
-  idem_pg_hosts_free(&st->hosts);
-  free(st->last_error);
-  free(st->conns);
-  free(st);
-  idem_backend_closed(store);
-}
-
-/* ---- socket watching --------------------------------------------------- */
-
-static void on_poll_closed(uv_handle_t *handle) {
-  pg_store *st = handle->data;
-  free(handle);
-  st->handles--;
-  maybe_closed(st);
-}
-
-static void unwatch(pg_conn_t *c) {
-  if (c->poll) {
-    c->poll->data = c->st; /* the close callback only needs the store */
-    uv_close((uv_handle_t *)c->poll, on_poll_closed);
-    c->poll = NULL;
-  }
-}
-
-/* Poll the connection's socket for events. libpq may switch sockets while
- * connecting, and a new socket may reuse the old number, so while
- * connecting the watch is always registered afresh. */
-static int watch(pg_conn_t *c, int events) {
-  int fd = PQsocket(c->pg);
-  if (fd < 0)
-    return -1;
-  if (c->poll && c->poll_fd != fd)
-    unwatch(c);
-  if (!c->poll) {
-    c->poll = malloc(sizeof *c->poll);
-    if (!c->poll)
-      return -1;
-    if (uv_poll_init_socket(c->st->store->loop, c->poll, fd)) {
-      free(c->poll);
-      c->poll = NULL;
-      return -1;
-    }
-    c->poll->data = c;
-    c->st->handles++;
-    c->poll_fd = fd;
-    c->poll_events = 0;
-  } else if (c->state == C_CONNECTING) {
-    uv_poll_stop(c->poll);
-    c->poll_events = 0;
-  }
-  if (events != c->poll_events) {
-    if (uv_poll_start(c->poll, events, on_poll))
-      return -1;
-    c->poll_events = events;
-  }
-  return 0;
-}
-
-/* Push buffered output; watch for writability while some is left. */
-static int flush(pg_conn_t *c) {
-  int r = PQflush(c->pg);
-  if (r < 0)
-    return -1;
-  return watch(c, UV_READABLE | (r == 1 ? UV_WRITABLE : 0));
-}
-
-/* ---- connection life --------------------------------------------------- */
-
-/* Drop the connection and everything it carried (failed with IDEM_ESTORE). */
-static void conn_drop(pg_conn_t *c) {
-  unwatch(c);
-  c->watching = 0;
-  PQclear(c->setup);
-  c->setup = NULL;
-  if (c->pg)
-    PQfinish(c->pg);
-  c->pg = NULL;
-  batch *b = c->head;
-  c->head = c->tail = NULL;
-  c->in_flight = 0;
-  while (b) {
-    batch *next = b->next;
-    /* the batch may or may not have committed: the caller must know */
-    for (int i = 0; i < b->n; i++)
-      idem_req_fail(b->reqs[i], IDEM_ESTORE);
-    batch_free(b);
-    b = next;
-  }
-}
-
-static void conn_close(pg_conn_t *c) {
-  conn_drop(c);
-  c->state = C_CLOSED;
-  c->timer.data = c->st;
-  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-}
-
-static void conn_start(pg_conn_t *c);
-
-static void on_timer(uv_timer_t *timer) { conn_start(timer->data); }
-
-static void conn_fail(pg_conn_t *c, const char *why) {
-  pg_store *st = c->st;
-  set_error(st, why);
-  if (st->closing) {
-    conn_close(c);
-  } else {
-    conn_drop(c);
-    c->state = C_DOWN;
-    uv_timer_start(&c->timer, on_timer, c->backoff_ms, 0);
-    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
-  }
-  if (!available(st)) {
-    fail_queue(&st->solo, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
-    fail_queue(&st->pending, st->closing ? IDEM_ECLOSED : IDEM_ESTORE);
-  }
-  maybe_closed(st);
-}
-
-/* A server that stops answering (a hung host, a network that drops
- * packets) would hold operations forever: no answer within timeout= while
- * something is outstanding fails the connection, and with it them. */
-static void on_watchdog(uv_timer_t *timer) {
-  pg_conn_t *c = timer->data;
-  char why[160];
-  const char *addr = c->pg && c->st->hosts.n ? PQhostaddr(c->pg) : NULL;
-  if (addr && *addr && (c->state == C_CONNECTING || c->state == C_SETUP)) {
-    /* the next attempt tries this address after the name's others */
-    idem_slow_addrs_note(&c->st->slow, addr);
-    snprintf(why, sizeof why, "no answer from %.60s within %lld ms", addr,
-             (long long)c->st->uri.timeout_ms);
-  } else {
-    snprintf(why, sizeof why, "no answer from the server within %lld ms",
-             (long long)c->st->uri.timeout_ms);
-  }
-  conn_fail(c, why);
-}
-
-static void watchdog(pg_conn_t *c, int progress) {
-  int waiting = c->state == C_CONNECTING || c->state == C_SETUP ||
-                (c->state == C_READY && c->head);
-  if (!waiting) {
-    if (c->watching && c->state == C_READY)
-      uv_timer_stop(&c->timer);
-    c->watching = 0;
-  } else if (progress || !c->watching) {
-    uv_timer_start(&c->timer, on_watchdog, (uint64_t)c->st->uri.timeout_ms, 0);
-    c->watching = 1;
-  }
-}
-
-/* Unless the URI sets its own, a statement waits at most this long for a
- * row lock (one held by an in-transaction caller, say) before its batch
- * fails and goes again one by one. */
-static const char lock_timeout_sql[] =
-    "SELECT set_config('lock_timeout', '5s', false) "
-    "WHERE current_setting('lock_timeout') IN ('0', '0ms')";
-
-/* Prepare every statement and check the schema, in one pipelined round. */
-static void conn_setup(pg_conn_t *c) {
-  PGconn *pg = c->pg;
-  int ok = PQsetnonblocking(pg, 1) == 0 && PQenterPipelineMode(pg);
-  for (int i = 0; ok && i < IDEM_PG_NSTMT; i++) {
-    const idem_pg_statement *s = &idem_pg_statements[i];
-    ok = PQsendPrepare(pg, s->name, s->sql, s->nparams, s->types);
-  }
-  ok = ok && PQsendQueryParams(pg, lock_timeout_sql, 0, NULL, NULL, NULL, NULL, 0) &&
-       PQsendQueryParams(pg, idem_pg_version_sql, 0, NULL, NULL, NULL, NULL, 0) &&
-       PQpipelineSync(pg);
-  c->state = C_SETUP;
-  if (!ok || flush(c))
-    conn_fail(c, PQerrorMessage(pg));
-  else
-    watchdog(c, 1);
-}
-
-static void connect_step(pg_conn_t *c, PostgresPollingStatusType want) {
-  switch (want) {
-  case PGRES_POLLING_READING:
-    if (watch(c, UV_READABLE))
-      conn_fail(c, "cannot watch the connection's socket");
-    return;
-  case PGRES_POLLING_WRITING:
-    if (watch(c, UV_WRITABLE))
-      conn_fail(c, "cannot watch the connection's socket");
-    return;
-  case PGRES_POLLING_OK:
-    conn_setup(c);
-    return;
-  default:
-    conn_fail(c, PQerrorMessage(c->pg));
-    return;
-  }
-}
-
-/* Start libpq's connection; at the looked-up addresses when lists is
- * given (one entry per address: libpq tries them in order, as it tries
- * every address of a name it looks up itself). */
-static void conn_connect(pg_conn_t *c, const idem_pg_lists *lists) {
-  if (lists) {
-    /* later keywords override what the expanded URI (dbname) sets */
-    const char *const keys[] = {"dbname", "host", "hostaddr", lists->ports[0] ? "port" : NULL,
-                                NULL};
-    const char *const values[] = {c->st->uri.conninfo, lists->hosts, lists->addrs,
-                                  lists->ports, NULL};
-    c->pg = PQconnectStartParams(keys, values, 1);
-  } else {
-    c->pg = PQconnectStart(c->st->uri.conninfo);
-  }
-  if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
-    conn_fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
-    return;
-  }
-  connect_step(c, PGRES_POLLING_WRITING);
-}
-
-/* The round of lookups is over: connect, or keep the addresses for the
- * next attempt if this one ended meanwhile. */
-static void lookups_done(pg_conn_t *c) {
-  pg_store *st = c->st;
-  int n = idem_pg_hosts_lists(&st->hosts, c->found, &st->slow, &c->lists);
-  if (c->state != C_CONNECTING || c->pg) {
-    /* its attempt timed out (or the store closes): the next attempt
-     * starts from these addresses */
-    c->addrs_ready = n > 0;
-  } else if (n > 0) {
-    conn_connect(c, &c->lists);
-  } else {
-    conn_fail(c, c->lookup_error);
-  }
-}
-
-/* Host i of the round gave no address: keep the round's first reason. */
-static void lookup_failed(pg_conn_t *c, int i, const char *why) {
-  if (!c->lookup_error[0])
-    snprintf(c->lookup_error, sizeof c->lookup_error, "cannot resolve %.100s: %s",
-             c->st->hosts.name[i], why);
-}
-
-static void on_lookup(void *owner, int status, const struct addrinfo *ai) {
-  pg_lookup *l = owner;
-  pg_conn_t *c = l->c;
-  pg_store *st = c->st;
-  st->lookups--;
-  idem_pg_found *f = &c->found[l->host];
-  f->n = status == 0 ? idem_lookup_addresses(ai, f->addr, IDEM_LOOKUP_MAX) : 0;
-  if (f->n == 0)
-    lookup_failed(c, l->host, status ? uv_strerror(status) : "no address");
-  if (--c->lookups_out == 0)
-    lookups_done(c);
-  maybe_closed(st); /* a close may have been waiting for this lookup */
-}
-
-/* Look every host name up on the thread pool (numeric hosts stand for
- * themselves); lookups_done follows when the last one answers. */
-static void lookups_start(pg_conn_t *c) {
-  pg_store *st = c->st;
-  c->lookup_error[0] = '\0';
-  c->lookups_out = 1; /* held while starting: done runs once, at the end */
-  for (int i = 0; i < st->hosts.n; i++) {
-    idem_pg_found *f = &c->found[i];
-    f->n = 0;
-    if (st->hosts.numeric[i]) {
-      snprintf(f->addr[0], sizeof f->addr[0], "%s", st->hosts.name[i]);
-      f->n = 1;
-      continue;
-    }
-    c->lookup[i] = (pg_lookup){c, i};
-    int rc = idem_lookup_start(st->store->loop, st->hosts.name[i], on_lookup, &c->lookup[i]);
-    if (rc < 0) {
-      lookup_failed(c, i, uv_strerror(rc));
-      continue;
-    }
-    c->lookups_out++;
-    st->lookups++;
-  }
-  if (--c->lookups_out == 0)
-    lookups_done(c);
-}
-
-static void conn_start(pg_conn_t *c) {
-  pg_store *st = c->st;
-  c->state = C_CONNECTING;
-  watchdog(c, 1); /* bounds the whole connection attempt, lookups included */
-  if (!st->hosts.n) {
-    conn_connect(c, NULL);
-    return;
-  }
-  /* A DNS server slower than timeout=: the lookups of an attempt that
-   * timed out answer the next attempt (still out: when they come; done: at
-   * once), so lookups never pile up and a slow one still counts. */
-  if (c->lookups_out)
-    return;
-  if (c->addrs_ready) {
-    c->addrs_ready = 0;
-    conn_connect(c, &c->lists);
-    return;
-  }
-  lookups_start(c);
-}
+static void dispatch(pgs_store *st);
 
 /* ---- results ----------------------------------------------------------- */
 
@@ -506,35 +52,12 @@ static int is_error(const PGresult *r) {
   return st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK;
 }
 
-static void setup_done(pg_conn_t *c) {
-  PGresult *r = c->setup;
-  c->setup = NULL;
-  char *msg = NULL;
-  int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
-  if (ok && idem_pg_schema_check(atoi(PQgetvalue(r, 0, 0)), &msg))
-    ok = 0;
-  if (!ok && !msg)
-    msg = idem_pg_message("postgres", r ? PQresultErrorMessage(r) : "setup failed");
-  PQclear(r);
-  if (!ok) {
-    conn_fail(c, msg && !strncmp(msg, "postgres: ", 10) ? msg + 10 : "setup failed");
-    free(msg);
-    return;
-  }
-  c->state = C_READY;
-  c->backoff_ms = BACKOFF_MIN_MS;
-  if (c->st->hosts.n)
-    idem_slow_addrs_forget(&c->st->slow, PQhostaddr(c->pg));
-}
-
 /* The batch at the head has its sync: it committed, or nothing of it did. */
-static void batch_done(pg_conn_t *c) {
-  batch *b = c->head;
-  c->head = b->next;
-  if (!c->head)
-    c->tail = NULL;
+static void batch_done(pgs_conn *c) {
+  batch *b = pgs_oldest_batch(c);
+  idem_queue_remove(&b->node);
   c->in_flight -= (size_t)b->n;
-  pg_store *st = c->st;
+  pgs_store *st = c->st;
   if (!b->failed) {
     for (int i = 0; i < b->n; i++) {
       idem_req *req = b->reqs[i];
@@ -546,32 +69,33 @@ static void batch_done(pg_conn_t *c) {
   } else {
     /* rolled back as a whole: each goes again in a transaction of its own */
     for (int i = 0; i < b->n; i++)
-      push(&st->solo, b->reqs[i]);
+      pgs_push(&st->solo, b->reqs[i]);
   }
-  batch_free(b);
+  pgs_batch_free(b);
 }
 
 /* Take every result that has arrived. A batch sends n statements and a
  * sync: each statement's result, then a NULL; then PIPELINE_SYNC. After an
  * error the rest of the batch comes back PIPELINE_ABORTED. */
-static void take_results(pg_conn_t *c) {
+static void take_results(pgs_conn *c) {
   int nulls = 0;
-  while (c->pg && (c->state == C_SETUP || c->head)) {
+  while (c->pg && (c->state == C_SETUP || !idem_queue_empty(&c->sent))) {
     if (PQisBusy(c->pg))
       break;
     PGresult *r = PQgetResult(c->pg);
     if (!r) {
       if (++nulls > 1)
         break;
-      if (c->state != C_SETUP && c->head->got < c->head->n)
-        c->head->got++;
+      batch *b = pgs_oldest_batch(c);
+      if (c->state != C_SETUP && b->got < b->n)
+        b->got++;
       continue;
     }
     nulls = 0;
     if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
       PQclear(r);
       if (c->state == C_SETUP)
-        setup_done(c);
+        pgs_setup_done(c);
       else
         batch_done(c);
     } else if (c->state == C_SETUP) {
@@ -582,7 +106,7 @@ static void take_results(pg_conn_t *c) {
         PQclear(r);
       }
     } else {
-      batch *b = c->head;
+      batch *b = pgs_oldest_batch(c);
       if (is_error(r)) {
         if (!b->failed) {
           b->failed = 1;
@@ -596,54 +120,54 @@ static void take_results(pg_conn_t *c) {
       }
     }
     if (c->pg && PQstatus(c->pg) == CONNECTION_BAD) {
-      conn_fail(c, PQerrorMessage(c->pg));
+      pgs_conn_fail(c, PQerrorMessage(c->pg));
       return;
     }
   }
 }
 
 /* While closing: a connection with nothing left to carry closes. */
-static void close_idle(pg_store *st) {
+static void close_idle(pgs_store *st) {
   if (!st->closing || st->pending.n || st->solo.n)
     return;
   for (int i = 0; i < st->nconns; i++)
-    if (st->conns[i].state == C_READY && !st->conns[i].head)
-      conn_close(&st->conns[i]);
+    if (st->conns[i].state == C_READY && idem_queue_empty(&st->conns[i].sent))
+      pgs_conn_close(&st->conns[i]);
 }
 
 static void on_poll(uv_poll_t *handle, int status, int events) {
-  pg_conn_t *c = handle->data;
+  pgs_conn *c = handle->data;
   if (c->poll != handle)
     return;
   if (c->state == C_CONNECTING) {
-    connect_step(c, PQconnectPoll(c->pg));
+    pgs_conn_advance(c);
     return;
   }
   if (status < 0) {
-    conn_fail(c, uv_strerror(status));
+    pgs_conn_fail(c, uv_strerror(status));
     return;
   }
   if ((events & UV_READABLE) && !PQconsumeInput(c->pg)) {
-    conn_fail(c, PQerrorMessage(c->pg));
+    pgs_conn_fail(c, PQerrorMessage(c->pg));
     return;
   }
-  if (flush(c)) {
-    conn_fail(c, PQerrorMessage(c->pg));
+  if (pgs_flush(c)) {
+    pgs_conn_fail(c, PQerrorMessage(c->pg));
     return;
   }
   take_results(c);
-  watchdog(c, events & UV_READABLE);
-  pg_store *st = c->st;
+  pgs_watchdog(c, events & UV_READABLE);
+  pgs_store *st = c->st;
   dispatch(st);
   close_idle(st);
 }
 
 /* ---- sending ----------------------------------------------------------- */
 
-static pg_conn_t *least_loaded(pg_store *st) {
-  pg_conn_t *best = NULL;
+static pgs_conn *least_loaded(pgs_store *st) {
+  pgs_conn *best = NULL;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &st->conns[i];
+    pgs_conn *c = &st->conns[i];
     if (c->state == C_READY && c->in_flight < MAX_IN_FLIGHT &&
         (!best || c->in_flight < best->in_flight))
       best = c;
@@ -676,24 +200,20 @@ static void sort_stable(idem_req **reqs, int n) {
 }
 
 /* Send n operations from q on c as one batch. */
-static void send_batch(pg_conn_t *c, req_queue *q, int n) {
+static void send_batch(pgs_conn *c, req_queue *q, int n) {
   batch *b = calloc(1, sizeof *b + (size_t)n * (sizeof *b->reqs + sizeof *b->res));
   if (!b) {
     for (int i = 0; i < n; i++)
-      idem_req_fail(pop(q), IDEM_ENOMEM);
+      idem_req_fail(pgs_pop(q), IDEM_ENOMEM);
     return;
   }
   b->reqs = (idem_req **)(b + 1);
   b->res = (PGresult **)(b->reqs + n);
   b->n = n;
   for (int i = 0; i < n; i++)
-    b->reqs[i] = pop(q);
+    b->reqs[i] = pgs_pop(q);
   sort_stable(b->reqs, n);
-  if (c->tail)
-    c->tail->next = b;
-  else
-    c->head = b;
-  c->tail = b;
+  idem_queue_insert_tail(&c->sent, &b->node);
   c->in_flight += (size_t)n;
   int ok = 1;
   for (int i = 0; ok && i < n; i++) {
@@ -702,14 +222,14 @@ static void send_batch(pg_conn_t *c, req_queue *q, int n) {
     const idem_pg_statement *s = &idem_pg_statements[p.stmt];
     ok = ok && PQsendQueryPrepared(c->pg, s->name, p.n, p.values, p.lengths, p.formats, 1);
   }
-  if (!ok || !PQpipelineSync(c->pg) || flush(c))
-    conn_fail(c, PQerrorMessage(c->pg));
+  if (!ok || !PQpipelineSync(c->pg) || pgs_flush(c))
+    pgs_conn_fail(c, PQerrorMessage(c->pg));
   else
-    watchdog(c, 0);
+    pgs_watchdog(c, 0);
 }
 
-static void dispatch(pg_store *st) {
-  pg_conn_t *c;
+static void dispatch(pgs_store *st) {
+  pgs_conn *c;
   while (st->solo.n && (c = least_loaded(st)))
     send_batch(c, &st->solo, 1);
   while (st->pending.n && (c = least_loaded(st))) {
@@ -731,37 +251,37 @@ static void on_prepare(uv_prepare_t *prepare) {
 
 /* ---- the backend ------------------------------------------------------- */
 
-static void pg_submit(idem_store *store, idem_req *req) {
-  pg_store *st = store->impl;
-  if (!available(st)) {
+static void pgs_submit(idem_store *store, idem_req *req) {
+  pgs_store *st = store->impl;
+  if (!pgs_available(st)) {
     idem_req_fail(req, IDEM_ESTORE);
     return;
   }
   /* gc locks its rows in expiry order, not key order: alone it cannot
    * take part in a deadlock with a batch */
-  push(req->op.kind == IDEM_OP_GC ? &st->solo : &st->pending, req);
+  pgs_push(req->op.kind == IDEM_OP_GC ? &st->solo : &st->pending, req);
   /* sent at the end of this turn of the loop, with whatever else comes */
   uv_prepare_start(&st->prepare, on_prepare);
 }
 
 /* Operations already submitted still run; connections close as they drain. */
-static void pg_close(idem_store *store) {
-  pg_store *st = store->impl;
+static void pgs_close(idem_store *store) {
+  pgs_store *st = store->impl;
   st->closing = 1;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &st->conns[i];
+    pgs_conn *c = &st->conns[i];
     if (c->state == C_DOWN || c->state == C_CONNECTING)
-      conn_close(c);
+      pgs_conn_close(c);
   }
-  if (!available(st)) {
-    fail_queue(&st->solo, IDEM_ECLOSED);
-    fail_queue(&st->pending, IDEM_ECLOSED);
+  if (!pgs_available(st)) {
+    pgs_fail_queue(&st->solo, IDEM_ECLOSED);
+    pgs_fail_queue(&st->pending, IDEM_ECLOSED);
   }
   close_idle(st);
-  maybe_closed(st);
+  pgs_maybe_closed(st);
 }
 
-static int pg_open(idem_store *store, const char *uri, char **errmsg) {
+static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
   idem_pg_uri u;
   int err = idem_pg_uri_parse(uri, &u, errmsg);
   if (err)
@@ -779,8 +299,8 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
     err = idem_pg_migrate(pg, NULL, errmsg);
   else if (!(err = idem_pg_schema_version(pg, &version, errmsg)))
     err = idem_pg_schema_check(version, errmsg);
-  pg_store *st = err ? NULL : calloc(1, sizeof *st);
-  pg_conn_t *conns = st ? calloc((size_t)u.pool, sizeof *conns) : NULL;
+  pgs_store *st = err ? NULL : calloc(1, sizeof *st);
+  pgs_conn *conns = st ? calloc((size_t)u.pool, sizeof *conns) : NULL;
   if (!conns) {
     free(st);
     PQfinish(pg);
@@ -794,28 +314,32 @@ static int pg_open(idem_store *store, const char *uri, char **errmsg) {
     idem_pg_hosts_free(&st->hosts);
   st->nconns = u.pool;
   st->conns = conns;
+  idem_queue_init(&st->pending.reqs);
+  idem_queue_init(&st->solo.reqs);
   store->impl = st;
   uv_prepare_init(store->loop, &st->prepare);
   st->prepare.data = st;
   st->handles++;
+  st->on_poll = on_poll;
   for (int i = 0; i < st->nconns; i++) {
-    pg_conn_t *c = &conns[i];
+    pgs_conn *c = &conns[i];
     c->st = st;
-    c->backoff_ms = BACKOFF_MIN_MS;
+    idem_queue_init(&c->sent);
+    idem_backoff_init(&c->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS, idem_backoff_seed(c));
     uv_timer_init(store->loop, &c->timer);
     c->timer.data = c;
     st->handles++;
   }
   conns[0].pg = pg;
-  conn_setup(&conns[0]);
+  pgs_conn_setup(&conns[0]);
   for (int i = 1; i < st->nconns; i++)
-    conn_start(&conns[i]);
+    pgs_conn_start(&conns[i]);
   return 0;
 }
 
 const idem_backend idem_backend_postgres = {
     .scheme = "postgres",
-    .open = pg_open,
-    .submit = pg_submit,
-    .close = pg_close,
+    .open = pgs_open,
+    .submit = pgs_submit,
+    .close = pgs_close,
 };

@@ -26,6 +26,7 @@
 
 #include "store/backend.h"
 #include "store/postgres.h"
+#include "store/uri_options.h"
 
 /* type OIDs (catalog/pg_type_d.h is a server header) */
 #define BOOLOID 16
@@ -520,6 +521,50 @@ static int parse_flag(const char *v, size_t n, int *out) {
   return 0;
 }
 
+/* A whole number of at most digits characters, from min to max. */
+static int parse_bounded(const char *v, size_t digits, long min, long max, int *out) {
+  size_t n = strlen(v);
+  char *stop;
+  if (n == 0 || n > digits)
+    return -1;
+  long x = strtol(v, &stop, 10);
+  if (*stop || x < min || x > max)
+    return -1;
+  *out = (int)x;
+  return 0;
+}
+
+/* One of the store's own options (consumed: libpq never sees it). Sets
+ * *bad to what the option takes when its value is wrong. */
+static int own_option(const idem_uri_option *o, idem_pg_uri *out, const char **bad) {
+  const char *v = o->value ? o->value : "";
+  size_t vlen = strlen(v);
+  if (!strcmp(o->name, "migrate")) {
+    if (parse_flag(v, vlen, &out->migrate))
+      *bad = "migrate= takes 1 or 0";
+  } else if (!strcmp(o->name, "pool")) {
+    if (parse_bounded(v, 2, 1, 64, &out->pool))
+      *bad = "pool= takes a number of connections from 1 to 64";
+  } else if (!strcmp(o->name, "batch")) {
+    if (parse_bounded(v, 4, 1, 1024, &out->batch))
+      *bad = "batch= takes a number of operations per transaction from 1 to 1024";
+  } else if (!strcmp(o->name, "timeout")) {
+    if (vlen > 31 || idem_parse_duration(v, &out->timeout_ms))
+      *bad = "timeout= takes a duration such as 500ms, 10s or 1m";
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* Append "?text" (the first option) or "&text" to info[0..*n). */
+static void append_option(char *info, size_t *n, size_t base, const char *text, size_t len) {
+  char sep = *n == base ? '?' : '&';
+  info[(*n)++] = sep;
+  memcpy(info + *n, text, len);
+  *n += len;
+}
+
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
   memset(out, 0, sizeof *out);
   out->pool = 2;
@@ -530,72 +575,30 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
       *errmsg = idem_pg_message("postgres", "the store URI must start with postgres:// or postgresql://");
     return IDEM_EURI;
   }
+  /* libpq waits for the OS (minutes) on a host that does not answer */
+  static const char ct[] = "connect_timeout=10";
   size_t len = strlen(uri);
-  char *info = malloc(len + 1);
-  if (!info)
-    return IDEM_ENOMEM;
   const char *q = strchr(uri, '?');
-  size_t base = q ? (size_t)(q - uri) : len;
+  size_t base = q ? (size_t)(q - uri) : len, n = base;
+  char *info = malloc(len + sizeof ct + 1);
+  idem_uri_options o;
+  if (!info || idem_uri_options_parse(q ? q + 1 : "", &o)) {
+    free(info);
+    return IDEM_ENOMEM;
+  }
   memcpy(info, uri, base);
-  size_t n = base;
   const char *bad = NULL;
   int has_connect_timeout = 0;
-  for (const char *p = q ? q + 1 : NULL; p && *p && !bad;) {
-    const char *end = strchr(p, '&');
-    size_t plen = end ? (size_t)(end - p) : strlen(p);
-    const char *eq = memchr(p, '=', plen);
-    size_t nlen = eq ? (size_t)(eq - p) : plen;
-    const char *v = eq ? eq + 1 : p + plen;
-    size_t vlen = eq ? plen - nlen - 1 : 0;
-    if (nlen == 7 && !strncmp(p, "migrate", 7)) {
-      if (parse_flag(v, vlen, &out->migrate))
-        bad = "migrate= takes 1 or 0";
-    } else if (nlen == 4 && !strncmp(p, "pool", 4)) {
-      char num[8] = {0};
-      char *stop;
-      memcpy(num, v, vlen < 7 ? vlen : 7);
-      long pool = strtol(num, &stop, 10);
-      if (vlen == 0 || vlen > 2 || *stop || pool < 1 || pool > 64)
-        bad = "pool= takes a number of connections from 1 to 64";
-      else
-        out->pool = (int)pool;
-    } else if (nlen == 5 && !strncmp(p, "batch", 5)) {
-      char num[8] = {0};
-      char *stop;
-      memcpy(num, v, vlen < 7 ? vlen : 7);
-      long batch = strtol(num, &stop, 10);
-      if (vlen == 0 || vlen > 4 || *stop || batch < 1 || batch > 1024)
-        bad = "batch= takes a number of operations per transaction from 1 to 1024";
-      else
-        out->batch = (int)batch;
-    } else if (nlen == 7 && !strncmp(p, "timeout", 7)) {
-      char text[32] = {0};
-      memcpy(text, v, vlen < 31 ? vlen : 31);
-      if (vlen > 31 || idem_parse_duration(text, &out->timeout_ms))
-        bad = "timeout= takes a duration such as 500ms, 10s or 1m";
-    } else if (plen) {
-      if (nlen == 15 && !strncmp(p, "connect_timeout", 15))
-        has_connect_timeout = 1;
-      char sep = n == base ? '?' : '&';
-      info[n++] = sep;
-      memcpy(info + n, p, plen);
-      n += plen;
-    }
-    p = end ? end + 1 : NULL;
+  for (size_t i = 0; i < o.n && !bad; i++) {
+    if (own_option(&o.items[i], out, &bad))
+      continue;
+    has_connect_timeout |= !strcmp(o.items[i].name, "connect_timeout");
+    append_option(info, &n, base, o.items[i].text, o.items[i].text_len);
   }
+  idem_uri_options_free(&o);
+  if (!has_connect_timeout)
+    append_option(info, &n, base, ct, sizeof ct - 1);
   info[n] = '\0';
-  if (!has_connect_timeout && !bad) {
-    /* libpq waits for the OS (minutes) on a host that does not answer */
-    static const char ct[] = "connect_timeout=10";
-    char *grown = realloc(info, n + sizeof ct + 1);
-    if (!grown) {
-      free(info);
-      return IDEM_ENOMEM;
-    }
-    info = grown;
-    info[n] = n == base ? '?' : '&';
-    memcpy(info + n + 1, ct, sizeof ct);
-  }
   if (bad) {
     free(info);
     if (errmsg)

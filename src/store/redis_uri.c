@@ -10,6 +10,7 @@
 
 #include "idem/idem.h"
 #include "store/redis.h"
+#include "store/uri_options.h"
 
 static int fail(char **why, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -84,35 +85,30 @@ void idem_redis_uri_clear(idem_redis_uri *u) {
   memset(u, 0, sizeof *u);
 }
 
-static int parse_option(idem_redis_uri *u, const char *s, size_t n,
-                        char **why) {
-  const char *eq = memchr(s, '=', n);
-  size_t nlen, vlen;
+static int parse_option(idem_redis_uri *u, const idem_uri_option *o, char **why) {
   char *val;
   int rc;
-  if (eq == NULL) return fail(why, "option \"%.*s\" needs a value", (int)n, s);
-  nlen = (size_t)(eq - s);
-  vlen = n - nlen - 1;
-  rc = pct_decode(eq + 1, vlen, &val);
+  if (o->value == NULL)
+    return fail(why, "option \"%.*s\" needs a value", (int)o->text_len, o->text);
+  rc = pct_decode(o->value, strlen(o->value), &val);
   if (rc == IDEM_ENOMEM) return rc;
-  if (rc != 0) return fail(why, "bad percent-escape in option \"%.*s\"", (int)n, s);
-  if ((nlen == 7 && memcmp(s, "timeout", 7) == 0) ||
-      (nlen == 15 && memcmp(s, "connect_timeout", 15) == 0)) {
+  if (rc != 0)
+    return fail(why, "bad percent-escape in option \"%.*s\"", (int)o->text_len, o->text);
+  if (strcmp(o->name, "timeout") == 0 || strcmp(o->name, "connect_timeout") == 0) {
     int64_t ms;
     if (idem_parse_duration(val, &ms) != 0) {
-      rc = fail(why, "option %.*s: \"%s\" is not a duration such as 500ms or 5s",
-                (int)nlen, s, val);
+      rc = fail(why, "option %s: \"%s\" is not a duration such as 500ms or 5s", o->name, val);
       free(val);
       return rc;
     }
-    if (nlen == 7)
+    if (strcmp(o->name, "timeout") == 0)
       u->timeout_ms = ms;
     else
       u->connect_timeout_ms = ms;
     free(val);
     return 0;
   }
-  if (nlen == 6 && memcmp(s, "prefix", 6) == 0) {
+  if (strcmp(o->name, "prefix") == 0) {
     if (val[0] == '\0' || strpbrk(val, "{}") != NULL) {
       free(val);
       return fail(why, "option prefix must be non-empty and hold no braces");
@@ -122,15 +118,73 @@ static int parse_option(idem_redis_uri *u, const char *s, size_t n,
     return 0;
   }
   free(val);
-  return fail(why, "unknown option \"%.*s\" (known: timeout, connect_timeout, prefix)",
-              (int)nlen, s);
+  return fail(why, "unknown option \"%s\" (known: timeout, connect_timeout, prefix)", o->name);
 }
 
-int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
-  const char *p, *end, *auth_end, *host_end, *path, *query;
+static int parse_options(idem_redis_uri *u, const char *query, char **why) {
+  idem_uri_options o;
+  int rc = idem_uri_options_parse(query, &o);
+  for (size_t i = 0; i < o.n && rc == 0; i++)
+    rc = parse_option(u, &o.items[i], why);
+  idem_uri_options_free(&o);
+  return rc;
+}
+
+/* [user:]password@ before the host, from p up to auth_end (the '@'). */
+static int parse_userinfo(idem_redis_uri *out, const char *p, const char *auth_end,
+                          char **why) {
   int rc;
-  memset(out, 0, sizeof *out);
-  if (why != NULL) *why = NULL;
+  const char *colon = memchr(p, ':', (size_t)(auth_end - p));
+  if (colon == NULL) {
+    /* "redis://secret@host": a bare word is the password (as redis-cli). */
+    rc = pct_decode(p, (size_t)(auth_end - p), &out->password);
+  } else {
+    rc = colon > p ? pct_decode(p, (size_t)(colon - p), &out->user) : 0;
+    if (rc == 0)
+      rc = pct_decode(colon + 1, (size_t)(auth_end - colon - 1), &out->password);
+  }
+  if (rc == IDEM_ENOMEM) return rc;
+  if (rc != 0) return fail(why, "bad percent-escape in the user or password");
+  if (out->password != NULL && out->password[0] == '\0' && out->user == NULL) {
+    free(out->password);
+    out->password = NULL;
+  }
+  return 0;
+}
+
+/* host[:port] from p up to path; an IPv6 host is in brackets. */
+static int parse_host_port(idem_redis_uri *out, const char *p, const char *path, char **why) {
+  const char *host_end;
+  if (p < path && *p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(path - p));
+    if (rb == NULL || rb == p + 1)
+      return fail(why, "unterminated or empty IPv6 address in brackets");
+    out->host = strndup(p + 1, (size_t)(rb - p - 1));
+    host_end = rb + 1;
+    if (host_end < path && *host_end != ':')
+      return fail(why, "junk after the IPv6 address");
+  } else {
+    host_end = memchr(p, ':', (size_t)(path - p));
+    if (host_end == NULL) host_end = path;
+    if (host_end == p)
+      return fail(why, "no host in the Redis URI");
+    out->host = strndup(p, (size_t)(host_end - p));
+  }
+  if (out->host == NULL) return IDEM_ENOMEM;
+  if (host_end < path) { /* ':' port */
+    long port;
+    if (parse_int(host_end + 1, (size_t)(path - host_end - 1), 65535, &port) != 0 ||
+        port == 0)
+      return fail(why, "port \"%.*s\" is not a number from 1 to 65535",
+                  (int)(path - host_end - 1), host_end + 1);
+    out->port = (int)port;
+  }
+  return 0;
+}
+
+static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
+  const char *p, *end, *auth_end, *path, *query;
+  int rc;
   if (uri == NULL) return fail(why, "no URI");
   if (strncmp(uri, "rediss://", 9) == 0)
     return fail(why, "rediss:// (TLS) is not supported; use redis:// behind a TLS tunnel");
@@ -153,101 +207,31 @@ int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
   for (const char *q = p; q < path; q++)
     if (*q == '@') auth_end = q;
   if (auth_end != NULL) {
-    const char *colon = memchr(p, ':', (size_t)(auth_end - p));
-    if (colon == NULL) {
-      /* "redis://secret@host": a bare word is the password (as redis-cli). */
-      rc = pct_decode(p, (size_t)(auth_end - p), &out->password);
-    } else {
-      if (colon > p) {
-        rc = pct_decode(p, (size_t)(colon - p), &out->user);
-        if (rc != 0) goto bad_auth;
-      }
-      rc = pct_decode(colon + 1, (size_t)(auth_end - colon - 1), &out->password);
-    }
-    if (rc != 0) goto bad_auth;
-    if (out->password != NULL && out->password[0] == '\0' && out->user == NULL) {
-      free(out->password);
-      out->password = NULL;
-    }
+    if ((rc = parse_userinfo(out, p, auth_end, why)) != 0) return rc;
     p = auth_end + 1;
   }
-
-  /* host[:port] */
-  if (p < path && *p == '[') {
-    const char *rb = memchr(p, ']', (size_t)(path - p));
-    if (rb == NULL || rb == p + 1) {
-      idem_redis_uri_clear(out);
-      return fail(why, "unterminated or empty IPv6 address in brackets");
-    }
-    out->host = strndup(p + 1, (size_t)(rb - p - 1));
-    host_end = rb + 1;
-    if (host_end < path && *host_end != ':') {
-      idem_redis_uri_clear(out);
-      return fail(why, "junk after the IPv6 address");
-    }
-  } else {
-    host_end = memchr(p, ':', (size_t)(path - p));
-    if (host_end == NULL) host_end = path;
-    if (host_end == p) {
-      idem_redis_uri_clear(out);
-      return fail(why, "no host in the Redis URI");
-    }
-    out->host = strndup(p, (size_t)(host_end - p));
-  }
-  if (out->host == NULL) {
-    idem_redis_uri_clear(out);
-    return IDEM_ENOMEM;
-  }
-  if (host_end < path) { /* ':' port */
-    long port;
-    if (parse_int(host_end + 1, (size_t)(path - host_end - 1), 65535, &port) != 0 ||
-        port == 0) {
-      rc = fail(why, "port \"%.*s\" is not a number from 1 to 65535",
-                (int)(path - host_end - 1), host_end + 1);
-      idem_redis_uri_clear(out);
-      return rc;
-    }
-    out->port = (int)port;
-  }
+  if ((rc = parse_host_port(out, p, path, why)) != 0) return rc;
 
   /* /db */
   if (path < query && path + 1 < query) {
     long db;
-    if (parse_int(path + 1, (size_t)(query - path - 1), 1000000, &db) != 0) {
-      rc = fail(why, "database \"%.*s\" is not a non-negative number",
-                (int)(query - path - 1), path + 1);
-      idem_redis_uri_clear(out);
-      return rc;
-    }
+    if (parse_int(path + 1, (size_t)(query - path - 1), 1000000, &db) != 0)
+      return fail(why, "database \"%.*s\" is not a non-negative number",
+                  (int)(query - path - 1), path + 1);
     out->db = (int)db;
   }
-
   /* ?a=b&c=d */
-  if (query < end) {
-    const char *s = query + 1;
-    while (s < end) {
-      const char *amp = memchr(s, '&', (size_t)(end - s));
-      if (amp == NULL) amp = end;
-      if (amp > s) {
-        rc = parse_option(out, s, (size_t)(amp - s), why);
-        if (rc != 0) {
-          idem_redis_uri_clear(out);
-          return rc;
-        }
-      }
-      s = amp + 1;
-    }
-  }
-  if (out->prefix == NULL && (out->prefix = strdup("idem")) == NULL) {
-    idem_redis_uri_clear(out);
-    return IDEM_ENOMEM;
-  }
+  if (query < end && (rc = parse_options(out, query + 1, why)) != 0) return rc;
+  if (out->prefix == NULL && (out->prefix = strdup("idem")) == NULL) return IDEM_ENOMEM;
   return 0;
+}
 
-bad_auth:
-  idem_redis_uri_clear(out);
-  if (rc == IDEM_ENOMEM) return rc;
-  return fail(why, "bad percent-escape in the user or password");
+int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
+  memset(out, 0, sizeof *out);
+  if (why != NULL) *why = NULL;
+  int rc = parse_uri(uri, out, why);
+  if (rc != 0) idem_redis_uri_clear(out);
+  return rc;
 }
 
 char *idem_redis_key(const char *prefix, const char *scope, const char *key,

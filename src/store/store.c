@@ -52,30 +52,24 @@ static void finish_close_if_idle(idem_store *store) {
 /* Deliver every finished req on the loop thread, in the order finished. */
 static void on_done(uv_async_t *async) {
   idem_store *store = async->data;
+  idem_queue done;
+  idem_req *req;
   pthread_mutex_lock(&store->done_lock);
-  idem_req *req = store->done_head;
-  store->done_head = store->done_tail = NULL;
+  idem_queue_move(&store->done, &done);
   pthread_mutex_unlock(&store->done_lock);
-  while (req) {
-    idem_req *next = req->next;
+  while ((req = idem_req_of(idem_queue_pop(&done)))) {
     store->in_flight--;
     req->cb(store, &req->result, req->arg);
     idem_result_clear(&req->result);
     free(req);
-    req = next;
   }
   finish_close_if_idle(store);
 }
 
 void idem_req_finish(idem_req *req) {
   idem_store *store = req->store;
-  req->next = NULL;
   pthread_mutex_lock(&store->done_lock);
-  if (store->done_tail)
-    store->done_tail->next = req;
-  else
-    store->done_head = req;
-  store->done_tail = req;
+  idem_queue_insert_tail(&store->done, &req->node);
   /* Wake the loop before unlocking: once the req is visible, the loop may
    * deliver it, find nothing in flight, close and free the store; a send
    * made after the unlock could then touch freed memory (a handle closed
@@ -113,6 +107,7 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
     return IDEM_ENOMEM;
   store->backend = backend;
   store->loop = loop;
+  idem_queue_init(&store->done);
   if (pthread_mutex_init(&store->done_lock, NULL) ||
       uv_async_init(loop, &store->done_async, on_done)) {
     free(store);

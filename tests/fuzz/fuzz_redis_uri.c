@@ -2,7 +2,7 @@
  * to a URI or to IDEM_EURI with a reason, never a crash or a leak; a record
  * name always splits back into the (scope, key) it was made from.
  *
- * The fuzz build links only src/core, so the parser's file is compiled in
+ * The fuzz build links only src/core, so the parser's files are compiled in
  * here (and instrumented with the target). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "store/redis.h"
 
 #include "../../src/store/redis_uri.c"
+#include "../../src/store/uri_options.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *s = malloc(size + 1);

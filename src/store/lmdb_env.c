@@ -1,0 +1,58 @@
+/*
+ * lmdb_env.c - what every part of the LMDB store does with an environment
+ * it shares: hold its map around a transaction, adopt a map another process
+ * grew, and turn an MDB error into an IDEM_E code. lmdb.c (the handles and
+ * the read path), lmdb_writer.c and lmdb_sweep.c use these; this file uses
+ * none of them.
+ */
+#include <errno.h>
+#include <sys/statvfs.h>
+
+#include "store/lmdb_env.h"
+
+int lmdb_map_lock_init(pthread_rwlock_t *l) {
+  pthread_rwlockattr_t attr;
+  if (pthread_rwlockattr_init(&attr))
+    return -1;
+  /* a remap must not wait behind an endless stream of replays */
+  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  int rc = pthread_rwlock_init(l, &attr);
+  pthread_rwlockattr_destroy(&attr);
+  return rc;
+}
+
+void lmdb_map_hold(lmdb_env *e) { pthread_rwlock_rdlock(&e->map_lock); }
+
+void lmdb_map_release(lmdb_env *e) { pthread_rwlock_unlock(&e->map_lock); }
+
+/* A second gateway restarted with a larger map_size (the cure for a full
+ * map) writes past this process's map: adopt its size rather than fail
+ * every operation until a restart. */
+int lmdb_map_adopt(lmdb_env *e) {
+  pthread_rwlock_unlock(&e->map_lock);
+  pthread_rwlock_wrlock(&e->map_lock);
+  int rc = mdb_env_set_mapsize(e->env, 0); /* 0: the size in the file's meta page */
+  MDB_envinfo info;
+  if (rc == 0 && mdb_env_info(e->env, &info) == 0 && info.me_mapsize > e->opt.map_size)
+    e->opt.map_size = info.me_mapsize;
+  pthread_rwlock_unlock(&e->map_lock);
+  pthread_rwlock_rdlock(&e->map_lock);
+  return rc;
+}
+
+/* LMDB reports a short write as EIO; on a disk that is (nearly) out of space
+ * that is a full store, not a broken one. */
+static int disk_full(const char *path) {
+  struct statvfs sv;
+  return statvfs(path, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < (UINT64_C(1) << 20);
+}
+
+int lmdb_error(lmdb_env *e, int rc) {
+  if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL || rc == ENOSPC || rc == EDQUOT ||
+      (rc == EIO && disk_full(e->path))) {
+    atomic_fetch_add(&e->errors_full, 1);
+    return IDEM_EFULL;
+  }
+  atomic_fetch_add(&e->errors_store, 1);
+  return rc == ENOMEM ? IDEM_ENOMEM : IDEM_ESTORE;
+}

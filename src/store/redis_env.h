@@ -1,0 +1,126 @@
+/*
+ * redis_env.h - internals shared by the Redis store's files, each using
+ * only the ones listed after it:
+ *   redis.c        the backend: open, submit, close; a transition's command
+ *                  and its reply
+ *   redis_list.c   LIST: SCAN, sort, read in batches
+ *   redis_cmd.c    commands in flight: sending, deadlines, the reply callback
+ *   redis_reply.c  script replies as records and IDEM_E codes
+ *   redis_conn.c   the connection's state machine, reconnection, and the
+ *                  handle's lifetime
+ *   redis_uv.c     hiredis on a libuv loop
+ * (redis_uri.c and redis_scripts.c, which need no hiredis, share redis.h.)
+ */
+#ifndef IDEM_STORE_REDIS_ENV_H
+#define IDEM_STORE_REDIS_ENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <uv.h>
+
+#include "store/backend.h"
+#include "store/backoff.h"
+#include "store/lookup.h"
+#include "store/queue.h"
+#include "store/redis.h"
+
+typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;
+
+typedef struct rstore rstore;
+typedef struct cmd cmd;
+typedef struct list_ctx list_ctx;
+
+struct rstore {
+  idem_store *store;
+  uv_loop_t *loop;
+  idem_redis_uri uri;
+  const char *sha;
+  /* Runs a req on the connection once it is UP (redis.c): the connection
+   * calls it for the reqs that waited for it. */
+  void (*start)(rstore *rs, idem_req *req);
+  redisAsyncContext *ac;
+  rstate state;
+  int closing;
+  int handshake_left;   /* replies still awaited before UP */
+  int reconnect_soon;   /* a reply said this server cannot take writes */
+  idem_backoff backoff;
+  uv_timer_t conn_timer; /* connect timeout while CONNECTING, backoff while DOWN */
+  uv_timer_t cmd_timer;  /* deadline of the oldest command in flight */
+  int timers_open;
+  int resolves_open;     /* 1 while a lookup of the host is out (one at a time) */
+  idem_addr_text addrs[IDEM_LOOKUP_MAX]; /* the last lookup's, in order */
+  int naddrs, next_addr;
+  idem_slow_addrs slow; /* addresses that timed out: tried last */
+  int addrs_ready;       /* the last lookup ended after its attempt: unused */
+  idem_queue waiting; /* reqs submitted while CONNECTING */
+  idem_queue flight;  /* cmds in flight, in the order sent */
+  size_t held;        /* reqs not yet finished */
+  char last_error[160];
+};
+
+/* Called with the command's reply, or with NULL when it will never come
+ * (the connection is gone); frees c, or sends it again. */
+typedef void cmd_answered_fn(cmd *c, const redisReply *r);
+
+/* One command sent for a req: a transition, get or delete (redis.c), or a
+ * SCAN or get of a LIST (redis_list.c). */
+struct cmd {
+  rstore *rs;
+  idem_req *req;
+  cmd_answered_fn *answered;
+  int eval;          /* sent as EVAL after a NOSCRIPT: not sent again */
+  int timed_out;
+  uint64_t deadline; /* uv_now */
+  idem_queue node;   /* in rs->flight */
+  list_ctx *list;
+  size_t index;      /* a LIST get: its candidate */
+};
+
+/* ---- redis_cmd.c */
+/* A command for req, answered by answered; NULL when out of memory. */
+cmd *redis_cmd_new(rstore *rs, idem_req *req, cmd_answered_fn *answered);
+/* Send c (the connection is UP) and watch its deadline; IDEM_ESTORE when
+ * it cannot be sent, and c is then still the caller's. */
+int redis_send_argv(rstore *rs, cmd *c, int argc, const char **argv, const size_t *lens);
+/* EVALSHA (EVAL when eval) of the script for the record named name. */
+int redis_send_script(rstore *rs, cmd *c, const char *name, size_t name_len,
+                      idem_op_kind kind, int eval);
+/* The error for a command whose reply will never come. */
+int redis_lost_error(const cmd *c);
+
+/* ---- redis_reply.c */
+/* The ten stored fields of a script reply, from element 4 on: the record
+ * borrows the reply's strings. */
+int redis_decode_record(redisReply *const *e, idem_record *rec);
+/* A script reply for a transition, get or delete into req->result. */
+int redis_decode_op(rstore *rs, idem_req *req, const redisReply *r);
+/* An error reply as an IDEM_E code (noted, and a reconnection asked for
+ * when the server cannot take writes). */
+int redis_error_reply(rstore *rs, const redisReply *r);
+/* NOSCRIPT: the script was not run, so it may be sent again as EVAL. */
+int redis_is_noscript(const redisReply *r);
+
+/* ---- redis_conn.c */
+/* DOWN -> CONNECTING (resolve the host, then connect). */
+void redis_conn_start(rstore *rs);
+/* Give up the connection (why: logged) and schedule the next attempt. */
+void redis_conn_drop(rstore *rs, const char *why);
+/* Log a change of situation once, not once per attempt. */
+void redis_note(rstore *rs, const char *fmt, const char *detail);
+/* Finish or fail req, one the handle held; closing may then end. */
+void redis_req_done(rstore *rs, idem_req *req, int err);
+/* When closing and nothing is held any more: release it all, then
+ * idem_backend_closed. */
+void redis_maybe_teardown(rstore *rs);
+
+/* ---- redis_list.c */
+void redis_list_start(rstore *rs, idem_req *req);
+
+/* ---- redis_uv.c */
+/* Drive ac from loop's poll handle; 0 or -1. */
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+
+#endif
