@@ -2,6 +2,7 @@
 #include "http/spool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,12 +122,39 @@ static void set_depth(gw_spool *sp, size_t n) {
 
 /* ---- open, close ---- */
 
+/*
+ * What names a store for the spool: its URI less the user and password,
+ * less the options (?...), with an lmdb: path made absolute. A restart with
+ * a larger map_size (the cure for a full map), another pool= or a rotated
+ * password still finds and drains what the last run spooled; another host,
+ * database or directory does not.
+ */
+static void store_identity(const char *uri, char *out, size_t len) {
+  size_t n = strcspn(uri, "?");
+  const char *scheme_end = strstr(uri, "://");
+  if (!strncmp(uri, "lmdb:", 5)) {
+    char path[4096], real[PATH_MAX];
+    snprintf(path, sizeof path, "%.*s", (int)(n - 5), uri + 5);
+    snprintf(out, len, "lmdb:%s", realpath(path, real) ? real : path);
+  } else if (scheme_end && (size_t)(scheme_end - uri) < n) {
+    const char *auth = scheme_end + 3;
+    size_t auth_len = strcspn(auth, "/?");
+    const char *at = memchr(auth, '@', auth_len);
+    const char *host = at ? at + 1 : auth;
+    snprintf(out, len, "%.*s%.*s", (int)(auth - uri), uri, (int)(uri + n - host), host);
+  } else {
+    snprintf(out, len, "%.*s", (int)n, uri);
+  }
+}
+
 int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *err,
                   size_t errlen) {
   gw_spool *sp = calloc(1, sizeof *sp);
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned dlen = 0;
-  if (!sp || EVP_Digest(store_uri, strlen(store_uri), digest, &dlen, EVP_sha256(), NULL) != 1) {
+  char id[4200];
+  store_identity(store_uri, id, sizeof id);
+  if (!sp || EVP_Digest(id, strlen(id), digest, &dlen, EVP_sha256(), NULL) != 1) {
     free(sp);
     snprintf(err, errlen, "out of memory");
     return -1;

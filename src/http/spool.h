@@ -11,8 +11,9 @@
  * while every other gateway still sees the key's lease.
  *
  * One spool per process, shared by every worker. Entries are keyed by the
- * store they belong to (a hash of its URI), then scope and key, so gateways
- * on different stores can share a directory without mixing answers. Writes
+ * store they belong to (a hash of its URI less credentials and options),
+ * then scope and key, so gateways on different stores can share a
+ * directory without mixing answers. Writes
  * run on libuv's thread pool (one durable LMDB commit each: the spool is
  * the rare path), reads on the caller's loop.
  */

@@ -227,6 +227,38 @@ static void test_reopen_and_other_store(void **state) {
   assert_int_equal(gw_spool_depth(f->sp), 1);
 }
 
+/* The identity ignores credentials and options: a restart with a larger
+ * map_size or another pool= drains what the last run spooled. */
+static void test_store_identity(void **state) {
+  (void)state;
+  char a[4200], b[4200];
+  store_identity("redis://user:secret@cache:6380/2?timeout=5s", a, sizeof a);
+  assert_string_equal(a, "redis://cache:6380/2");
+  store_identity("postgres://idem@db:5432/app?pool=4&batch=8", a, sizeof a);
+  assert_string_equal(a, "postgres://db:5432/app");
+  store_identity("postgres://db:5432/app", b, sizeof b);
+  assert_string_equal(a, b);
+  store_identity("postgres://db2:5432/app", b, sizeof b);
+  assert_string_not_equal(a, b);
+  store_identity("lmdb:/tmp/../tmp?map_size=2MiB", a, sizeof a);
+  store_identity("lmdb:/tmp?map_size=64MiB", b, sizeof b);
+  assert_string_equal(a, b);
+  assert_string_equal(a, "lmdb:/tmp");
+  store_identity("memory:x", a, sizeof a);
+  assert_string_equal(a, "memory:x");
+}
+
+/* Entries written before a restart with other options drain after it. */
+static void test_other_options_same_store(void **state) {
+  fixture *f = *state;
+  assert_int_equal(put(f, IDEM_OP_COMPLETE, "k", 1, "x", 1), 0);
+  gw_spool_close(f->sp);
+  char err[256], uri[80];
+  snprintf(uri, sizeof uri, "%s?pool=9", f->uri);
+  assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
+  assert_int_equal(gw_spool_depth(f->sp), 1);
+}
+
 static void test_open_refuses_a_file(void **state) {
   (void)state;
   gw_spool *sp;
@@ -258,6 +290,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_remove_only_same_fence, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reopen_and_other_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_open_refuses_a_file, setup, teardown),
+      cmocka_unit_test(test_store_identity),
+      cmocka_unit_test_setup_teardown(test_other_options_same_store, setup, teardown),
       cmocka_unit_test_setup_teardown(test_entry_decode_refuses_garbage, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
