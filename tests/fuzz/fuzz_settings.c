@@ -12,12 +12,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* the fields of a command's config, one of each kind */
 typedef struct {
-  int on;
-  const char *name;
-  int64_t wait_ms;
-  uint64_t size;
   int count;
+  int on;
+  uint64_t size;
+  int64_t wait_ms;
+  const char *name;
 } cfg_t;
 
 static const setting rows[] = {
