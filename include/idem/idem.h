@@ -1,5 +1,6 @@
 /*
- * idem.h - the whole public API of libidem.
+ * idem.h - the public API of libidem (the PostgreSQL in-transaction API is
+ * in idem_pg.h, beside it).
  *
  * idem makes the effect of a retried request or a redelivered message happen
  * once. One record is kept per (scope, key):
@@ -287,42 +288,6 @@ int idem_parse_duration(const char *text, int64_t *ms);
 /* Parse "512", "64KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000,
  * k/K/M/G as powers of 1024) into bytes. IDEM_EINVAL when malformed. */
 int idem_parse_size(const char *text, uint64_t *bytes);
-
-/* ---- PostgreSQL: schema and in-transaction API (issue 6) -------------- */
-/*
- * For C callers who hold their own libpq connection. Pass the PGconn of your
- * own transaction and the record commits or rolls back with your business
- * writes: claim, write, complete, COMMIT; a crash before COMMIT leaves
- * neither. A concurrent claim of the same key waits on the row until your
- * transaction ends, then sees the outcome. For the steps of a saga, derive
- * one key per step ("KEY:STEP"). The connection must be in blocking mode,
- * not in pipeline mode. libpq-fe.h defines PGconn as struct pg_conn.
- */
-struct pg_conn;
-
-/* The schema this libidem uses (tables idem_records and idem_schema). */
-#define IDEM_PG_SCHEMA_VERSION 1
-
-/*
- * Create or upgrade the schema on conn (under an advisory lock, so several
- * processes may migrate at once). Outside a transaction it runs in its own;
- * inside one it joins it (DDL is transactional in PostgreSQL). *from_version
- * (may be NULL) gets the version found: 0 when there was none. IDEM_ESCHEMA
- * when the database holds a newer schema; IDEM_ESTORE on other failures.
- * errmsg as for idem_store_open.
- */
-int idem_pg_migrate(struct pg_conn *conn, int *from_version, char **errmsg);
-
-/*
- * Run one operation (claim, complete, fail, release, get, delete, list, gc)
- * as one statement on conn, in the caller's transaction if one is open. On
- * return res holds a deep copy (free with idem_result_clear) and the function
- * returns res->err. A server error gives IDEM_ESTORE (IDEM_ESCHEMA when the
- * table is missing) and aborts the caller's transaction: roll it back.
- * Under REPEATABLE READ or SERIALIZABLE a concurrent change of the same key
- * is a serialization failure: retry the transaction.
- */
-int idem_pg_run(struct pg_conn *conn, const idem_op *op, idem_result *res);
 
 #ifdef __cplusplus
 }

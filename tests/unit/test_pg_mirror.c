@@ -27,6 +27,7 @@
 #include <libpq-fe.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 
 #ifndef IDEM_TEST_SUPPORT
 #define IDEM_TEST_SUPPORT "tests/support"

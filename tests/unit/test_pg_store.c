@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 #include "support/slow_dns.h"
 
 #ifndef IDEM_TEST_SUPPORT
