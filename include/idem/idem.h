@@ -30,6 +30,15 @@
  * compiles under strict -std=c11 without libuv's POSIX requirements. */
 struct uv_loop_s;
 
+/* IDEM_API marks what libidem exports: it is built with hidden visibility,
+ * so its shared library exports exactly the functions declared with
+ * IDEM_API in <idem/idem.h> and <idem/idem_pg.h>, and nothing internal. */
+#if defined(__GNUC__) || defined(__clang__)
+#define IDEM_API __attribute__((visibility("default")))
+#else
+#define IDEM_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,9 +73,9 @@ enum {
 };
 
 /* A human sentence for an error code ("fence is stale: ..."). Never NULL. */
-const char *idem_strerror(int err);
+IDEM_API const char *idem_strerror(int err);
 /* The code's name ("IDEM_ESTALE"). Never NULL. */
-const char *idem_errname(int err);
+IDEM_API const char *idem_errname(int err);
 
 /* ---- keys and scopes --------------------------------------------------- */
 
@@ -81,10 +90,11 @@ const char *idem_errname(int err);
  * NUL into out (IDEM_KEY_MAX + 1 bytes) and returns its length; on failure
  * returns IDEM_EKEY and, when why is not NULL, points it at a sentence.
  */
-int idem_key_parse(const char *value, size_t len, char *out, const char **why);
+IDEM_API int idem_key_parse(const char *value, size_t len, char *out,
+                            const char **why);
 
 /* Whether key is a valid stored key: 1..255 printable ASCII (0x20-0x7e). */
-int idem_key_valid(const char *key, size_t len);
+IDEM_API int idem_key_valid(const char *key, size_t len);
 
 /* ---- fingerprints ------------------------------------------------------ */
 
@@ -99,15 +109,15 @@ int idem_key_valid(const char *key, size_t len);
  * different triples collide by concatenation. NULL method or target count as
  * empty.
  */
-int idem_fingerprint(const char *method, const char *target, const void *body,
-                     size_t body_len, unsigned flags,
-                     uint8_t out[IDEM_FINGERPRINT_LEN]);
+IDEM_API int idem_fingerprint(const char *method, const char *target,
+                              const void *body, size_t body_len, unsigned flags,
+                              uint8_t out[IDEM_FINGERPRINT_LEN]);
 
 /* Write the canonical form of a JSON text (sorted keys, no insignificant
  * whitespace, strings and numbers byte for byte as given) into *out, a
  * malloc'd buffer the caller frees. IDEM_EJSON when it is not JSON. */
-int idem_json_canonical(const char *json, size_t len, char **out,
-                        size_t *out_len);
+IDEM_API int idem_json_canonical(const char *json, size_t len, char **out,
+                                 size_t *out_len);
 
 /* ---- the record -------------------------------------------------------- */
 
@@ -118,7 +128,7 @@ typedef enum {
   IDEM_STATE_FAILED = 3
 } idem_state;
 
-const char *idem_state_name(idem_state state);
+IDEM_API const char *idem_state_name(idem_state state);
 
 /* A stored response. headers is an opaque block chosen by the caller (the
  * gateway stores "Name: value\r\n" lines); body is raw bytes. */
@@ -151,14 +161,15 @@ typedef struct {
  * copy): IDEM_ECORRUPT for truncated or garbage input, IDEM_EVERSION for an
  * unknown version.
  */
-size_t idem_record_encoded_len(const idem_record *rec);
-void idem_record_encode(const idem_record *rec, uint8_t *buf);
-int idem_record_decode(const uint8_t *buf, size_t len, idem_record *rec);
+IDEM_API size_t idem_record_encoded_len(const idem_record *rec);
+IDEM_API void idem_record_encode(const idem_record *rec, uint8_t *buf);
+IDEM_API int idem_record_decode(const uint8_t *buf, size_t len,
+                               idem_record *rec);
 
 /* Deep copy of src into dst (every pointer malloc'd); free with
  * idem_record_clear. */
-int idem_record_copy(idem_record *dst, const idem_record *src);
-void idem_record_clear(idem_record *rec);
+IDEM_API int idem_record_copy(idem_record *dst, const idem_record *src);
+IDEM_API void idem_record_clear(idem_record *rec);
 
 /* ---- operations -------------------------------------------------------- */
 
@@ -197,7 +208,7 @@ typedef enum {
   IDEM_BUSY         /* another worker holds the lease for retry_after_ms */
 } idem_outcome;
 
-const char *idem_outcome_name(idem_outcome outcome);
+IDEM_API const char *idem_outcome_name(idem_outcome outcome);
 
 typedef struct {
   int err;              /* 0 or IDEM_E*; when set the rest is unset */
@@ -211,8 +222,8 @@ typedef struct {
 
 /* Deep copy and release of results, for callers who keep one past its
  * callback (the blocking facade hands out copies). */
-int idem_result_copy(idem_result *dst, const idem_result *src);
-void idem_result_clear(idem_result *res);
+IDEM_API int idem_result_copy(idem_result *dst, const idem_result *src);
+IDEM_API void idem_result_clear(idem_result *res);
 
 /*
  * The transition logic, pure: no I/O, no clock, no allocation. Given the
@@ -223,8 +234,9 @@ void idem_result_clear(idem_result *res);
  * the Redis Lua script and PostgreSQL statements mirror it.
  */
 enum { IDEM_WRITE_NONE = 0, IDEM_WRITE_PUT = 1 };
-int idem_transition(const idem_record *cur, const idem_op *op, int64_t now_ms,
-                    idem_record *next, idem_result *res);
+IDEM_API int idem_transition(const idem_record *cur, const idem_op *op,
+                             int64_t now_ms, idem_record *next,
+                             idem_result *res);
 
 /* ---- stores ------------------------------------------------------------ */
 
@@ -248,22 +260,23 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  * uv_run(loop, UV_RUN_NOWAIT) or its normal run) to release what the attempt
  * left on it, before the loop is closed.
  */
-int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out,
-                    char **errmsg);
+IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
+                             idem_store **out, char **errmsg);
 
 /* Submit one operation. The op and everything it points to is copied, so it
  * may go away at once. Returns 0 (cb will be called exactly once) or a
  * negative code for invalid input or a closing store (cb will not be called). */
-int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb,
-                      void *arg);
+IDEM_API int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb,
+                               void *arg);
 
 /* Begin closing: new submits fail with IDEM_ECLOSED, operations in flight
  * still get their callbacks, then close_cb runs and the handle is gone.
  * The loop must keep running until then. */
-void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg);
+IDEM_API void idem_store_close(idem_store *store, idem_close_cb close_cb,
+                               void *arg);
 
 /* The URI scheme the store was opened with ("memory", "lmdb", ...). */
-const char *idem_store_scheme(const idem_store *store);
+IDEM_API const char *idem_store_scheme(const idem_store *store);
 
 /* ---- blocking facade --------------------------------------------------- */
 
@@ -271,23 +284,24 @@ typedef struct idem_sync idem_sync;
 
 /* A store on a private loop, for the CLI and simple callers. One thread at a
  * time per idem_sync. */
-int idem_sync_open(const char *uri, idem_sync **out, char **errmsg);
+IDEM_API int idem_sync_open(const char *uri, idem_sync **out, char **errmsg);
 /* Run one operation to completion. On return res holds a deep copy (free with
  * idem_result_clear); the function returns res->err or a submit error. */
-int idem_sync_run(idem_sync *sync, const idem_op *op, idem_result *res);
-void idem_sync_close(idem_sync *sync);
+IDEM_API int idem_sync_run(idem_sync *sync, const idem_op *op,
+                           idem_result *res);
+IDEM_API void idem_sync_close(idem_sync *sync);
 
 /* ---- time -------------------------------------------------------------- */
 
 /* Local wall clock in Unix milliseconds: the store clock of memory and LMDB. */
-int64_t idem_now_ms(void);
+IDEM_API int64_t idem_now_ms(void);
 
 /* Parse "500ms", "30s", "5m", "24h", "7d" into milliseconds. IDEM_EINVAL when
  * malformed, zero or out of range. */
-int idem_parse_duration(const char *text, int64_t *ms);
+IDEM_API int idem_parse_duration(const char *text, int64_t *ms);
 /* Parse "512", "64KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000,
  * k/K/M/G as powers of 1024) into bytes. IDEM_EINVAL when malformed. */
-int idem_parse_size(const char *text, uint64_t *bytes);
+IDEM_API int idem_parse_size(const char *text, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

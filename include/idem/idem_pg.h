@@ -36,7 +36,8 @@ struct pg_conn;
  * when the database holds a newer schema; IDEM_ESTORE on other failures.
  * errmsg as for idem_store_open.
  */
-int idem_pg_migrate(struct pg_conn *conn, int *from_version, char **errmsg);
+IDEM_API int idem_pg_migrate(struct pg_conn *conn, int *from_version,
+                             char **errmsg);
 
 /*
  * Run one operation (claim, complete, fail, release, get, delete, list, gc)
@@ -47,7 +48,8 @@ int idem_pg_migrate(struct pg_conn *conn, int *from_version, char **errmsg);
  * Under REPEATABLE READ or SERIALIZABLE a concurrent change of the same key
  * is a serialization failure: retry the transaction.
  */
-int idem_pg_run(struct pg_conn *conn, const idem_op *op, idem_result *res);
+IDEM_API int idem_pg_run(struct pg_conn *conn, const idem_op *op,
+                         idem_result *res);
 
 #ifdef __cplusplus
 }
