@@ -11,7 +11,9 @@
 
 #include "cli/commands.h"
 #include "idem/idem.h"
+#if IDEM_WITH_POSTGRES
 #include "store/postgres.h"
+#endif
 
 static const char usage[] =
     "usage: idem migrate --store URI [--check]\n"
@@ -27,10 +29,8 @@ static const char usage[] =
     "\n"
     "exit status: 0 done, 1 failed (or --check: migration needed), 2 usage\n";
 
-static int is_postgres(const char *uri) {
-  return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
-}
-
+/* Any store but PostgreSQL (or any store at all, in a build without
+ * PostgreSQL, where opening a postgres:// URI says that this build has none). */
 static int other_store(const char *uri) {
   idem_sync *sync;
   char *msg = NULL;
@@ -43,6 +43,11 @@ static int other_store(const char *uri) {
   idem_sync_close(sync);
   printf("%.*s stores have no schema: nothing to migrate\n", (int)strcspn(uri, ":"), uri);
   return 0;
+}
+
+#if IDEM_WITH_POSTGRES
+static int is_postgres(const char *uri) {
+  return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
 }
 
 static int postgres(const char *uri, int check) {
@@ -86,6 +91,7 @@ static int postgres(const char *uri, int check) {
   PQfinish(pg);
   return status;
 }
+#endif
 
 int cmd_migrate(int argc, char **argv) {
   static const struct option options[] = {
@@ -118,5 +124,11 @@ int cmd_migrate(int argc, char **argv) {
     return cli_usage_error("migrate", "unexpected argument '%s'", argv[optind]);
   if (!uri || !*uri)
     return cli_usage_error("migrate", "--store URI is required");
-  return is_postgres(uri) ? postgres(uri, check) : other_store(uri);
+#if IDEM_WITH_POSTGRES
+  if (is_postgres(uri))
+    return postgres(uri, check);
+#else
+  (void)check; /* only PostgreSQL has a schema */
+#endif
+  return other_store(uri);
 }

@@ -1,6 +1,10 @@
 # redis.cmake - Redis store tests beyond the contract registration in
 # tests/CMakeLists.txt. Every server is a throwaway one from with-redis.sh.
 
+if(NOT IDEM_REDIS)
+  return()
+endif()
+
 # What the contract cannot show: the layout in Redis, AUTH and SELECT, the
 # script cache flushed, a killed connection, a paused server, LIST paging.
 add_executable(redis_store ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_store.c
