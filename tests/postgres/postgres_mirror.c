@@ -1,5 +1,5 @@
 /*
- * test_pg_mirror.c - the PostgreSQL statements against idem_transition(),
+ * postgres_mirror.c - the PostgreSQL statements against idem_transition(),
  * case by case: every stored state (absent, unseen, processing with the
  * lease running or over, completed, failed; live or expired) times every
  * operation (claim with the same or another fingerprint, with and without

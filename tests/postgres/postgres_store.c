@@ -1,5 +1,5 @@
 /*
- * test_pg_store.c - what the PostgreSQL store does beyond the contract:
+ * postgres_store.c - what the PostgreSQL store does beyond the contract:
  * schema checks and migrations, URI options, the in-transaction API, and a
  * server stopped and started under load.
  *
