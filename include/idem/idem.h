@@ -254,6 +254,9 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  *   redis://[user:pass@]host:port[/db] shared by processes
  *   postgres://... / postgresql://...  libpq URI
  * Several handles (one per loop) may be open on the same store at once.
+ * Redis and PostgreSQL are optional at build time: a libidem built without
+ * one (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF) refuses its URIs with
+ * IDEM_EURI and an errmsg saying that this build has no such support.
  * Errors: IDEM_EURI, IDEM_ESTORE, IDEM_ENOTSTORE, IDEM_ESCHEMA, IDEM_ENOMEM.
  * When errmsg is not NULL, a malloc'd sentence with detail is left there on
  * failure (free it). After a failure the loop must run once more (e.g.
