@@ -30,6 +30,7 @@
 #include <libpq-fe.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 
 static const char ledger_sql[] =
     "CREATE TABLE IF NOT EXISTS example_ledger ("

@@ -1,5 +1,6 @@
 /*
- * idem.h - the whole public API of libidem.
+ * idem.h - the public API of libidem (the PostgreSQL in-transaction API is
+ * in idem_pg.h, beside it).
  *
  * idem makes the effect of a retried request or a redelivered message happen
  * once. One record is kept per (scope, key):
@@ -28,6 +29,15 @@
 /* libuv's loop (uv_loop_t). Declared, not included, so that this header
  * compiles under strict -std=c11 without libuv's POSIX requirements. */
 struct uv_loop_s;
+
+/* IDEM_API marks what libidem exports: it is built with hidden visibility,
+ * so its shared library exports exactly the functions declared with
+ * IDEM_API in <idem/idem.h> and <idem/idem_pg.h>, and nothing internal. */
+#if defined(__GNUC__) || defined(__clang__)
+#define IDEM_API __attribute__((visibility("default")))
+#else
+#define IDEM_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,9 +73,9 @@ enum {
 };
 
 /* A human sentence for an error code ("fence is stale: ..."). Never NULL. */
-const char *idem_strerror(int err);
+IDEM_API const char *idem_strerror(int err);
 /* The code's name ("IDEM_ESTALE"). Never NULL. */
-const char *idem_errname(int err);
+IDEM_API const char *idem_errname(int err);
 
 /* ---- keys and scopes --------------------------------------------------- */
 
@@ -80,10 +90,11 @@ const char *idem_errname(int err);
  * NUL into out (IDEM_KEY_MAX + 1 bytes) and returns its length; on failure
  * returns IDEM_EKEY and, when why is not NULL, points it at a sentence.
  */
-int idem_key_parse(const char *value, size_t len, char *out, const char **why);
+IDEM_API int idem_key_parse(const char *value, size_t len, char *out,
+                            const char **why);
 
 /* Whether key is a valid stored key: 1..255 printable ASCII (0x20-0x7e). */
-int idem_key_valid(const char *key, size_t len);
+IDEM_API int idem_key_valid(const char *key, size_t len);
 
 /* ---- fingerprints ------------------------------------------------------ */
 
@@ -98,15 +109,15 @@ int idem_key_valid(const char *key, size_t len);
  * different triples collide by concatenation. NULL method or target count as
  * empty.
  */
-int idem_fingerprint(const char *method, const char *target, const void *body,
-                     size_t body_len, unsigned flags,
-                     uint8_t out[IDEM_FINGERPRINT_LEN]);
+IDEM_API int idem_fingerprint(const char *method, const char *target,
+                              const void *body, size_t body_len, unsigned flags,
+                              uint8_t out[IDEM_FINGERPRINT_LEN]);
 
 /* Write the canonical form of a JSON text (sorted keys, no insignificant
  * whitespace, strings and numbers byte for byte as given) into *out, a
  * malloc'd buffer the caller frees. IDEM_EJSON when it is not JSON. */
-int idem_json_canonical(const char *json, size_t len, char **out,
-                        size_t *out_len);
+IDEM_API int idem_json_canonical(const char *json, size_t len, char **out,
+                                 size_t *out_len);
 
 /* ---- the record -------------------------------------------------------- */
 
@@ -117,7 +128,7 @@ typedef enum {
   IDEM_STATE_FAILED = 3
 } idem_state;
 
-const char *idem_state_name(idem_state state);
+IDEM_API const char *idem_state_name(idem_state state);
 
 /* A stored response. headers is an opaque block chosen by the caller (the
  * gateway stores "Name: value\r\n" lines); body is raw bytes. */
@@ -150,14 +161,15 @@ typedef struct {
  * copy): IDEM_ECORRUPT for truncated or garbage input, IDEM_EVERSION for an
  * unknown version.
  */
-size_t idem_record_encoded_len(const idem_record *rec);
-void idem_record_encode(const idem_record *rec, uint8_t *buf);
-int idem_record_decode(const uint8_t *buf, size_t len, idem_record *rec);
+IDEM_API size_t idem_record_encoded_len(const idem_record *rec);
+IDEM_API void idem_record_encode(const idem_record *rec, uint8_t *buf);
+IDEM_API int idem_record_decode(const uint8_t *buf, size_t len,
+                               idem_record *rec);
 
 /* Deep copy of src into dst (every pointer malloc'd); free with
  * idem_record_clear. */
-int idem_record_copy(idem_record *dst, const idem_record *src);
-void idem_record_clear(idem_record *rec);
+IDEM_API int idem_record_copy(idem_record *dst, const idem_record *src);
+IDEM_API void idem_record_clear(idem_record *rec);
 
 /* ---- operations -------------------------------------------------------- */
 
@@ -196,7 +208,7 @@ typedef enum {
   IDEM_BUSY         /* another worker holds the lease for retry_after_ms */
 } idem_outcome;
 
-const char *idem_outcome_name(idem_outcome outcome);
+IDEM_API const char *idem_outcome_name(idem_outcome outcome);
 
 typedef struct {
   int err;              /* 0 or IDEM_E*; when set the rest is unset */
@@ -210,8 +222,8 @@ typedef struct {
 
 /* Deep copy and release of results, for callers who keep one past its
  * callback (the blocking facade hands out copies). */
-int idem_result_copy(idem_result *dst, const idem_result *src);
-void idem_result_clear(idem_result *res);
+IDEM_API int idem_result_copy(idem_result *dst, const idem_result *src);
+IDEM_API void idem_result_clear(idem_result *res);
 
 /*
  * The transition logic, pure: no I/O, no clock, no allocation. Given the
@@ -222,8 +234,9 @@ void idem_result_clear(idem_result *res);
  * the Redis Lua script and PostgreSQL statements mirror it.
  */
 enum { IDEM_WRITE_NONE = 0, IDEM_WRITE_PUT = 1 };
-int idem_transition(const idem_record *cur, const idem_op *op, int64_t now_ms,
-                    idem_record *next, idem_result *res);
+IDEM_API int idem_transition(const idem_record *cur, const idem_op *op,
+                             int64_t now_ms, idem_record *next,
+                             idem_result *res);
 
 /* ---- stores ------------------------------------------------------------ */
 
@@ -241,28 +254,32 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  *   redis://[user:pass@]host:port[/db] shared by processes
  *   postgres://... / postgresql://...  libpq URI
  * Several handles (one per loop) may be open on the same store at once.
+ * Redis and PostgreSQL are optional at build time: a libidem built without
+ * one (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF) refuses its URIs with
+ * IDEM_EURI and an errmsg saying that this build has no such support.
  * Errors: IDEM_EURI, IDEM_ESTORE, IDEM_ENOTSTORE, IDEM_ESCHEMA, IDEM_ENOMEM.
  * When errmsg is not NULL, a malloc'd sentence with detail is left there on
  * failure (free it). After a failure the loop must run once more (e.g.
  * uv_run(loop, UV_RUN_NOWAIT) or its normal run) to release what the attempt
  * left on it, before the loop is closed.
  */
-int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out,
-                    char **errmsg);
+IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
+                             idem_store **out, char **errmsg);
 
 /* Submit one operation. The op and everything it points to is copied, so it
  * may go away at once. Returns 0 (cb will be called exactly once) or a
  * negative code for invalid input or a closing store (cb will not be called). */
-int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb,
-                      void *arg);
+IDEM_API int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb,
+                               void *arg);
 
 /* Begin closing: new submits fail with IDEM_ECLOSED, operations in flight
  * still get their callbacks, then close_cb runs and the handle is gone.
  * The loop must keep running until then. */
-void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg);
+IDEM_API void idem_store_close(idem_store *store, idem_close_cb close_cb,
+                               void *arg);
 
 /* The URI scheme the store was opened with ("memory", "lmdb", ...). */
-const char *idem_store_scheme(const idem_store *store);
+IDEM_API const char *idem_store_scheme(const idem_store *store);
 
 /* ---- blocking facade --------------------------------------------------- */
 
@@ -270,59 +287,24 @@ typedef struct idem_sync idem_sync;
 
 /* A store on a private loop, for the CLI and simple callers. One thread at a
  * time per idem_sync. */
-int idem_sync_open(const char *uri, idem_sync **out, char **errmsg);
+IDEM_API int idem_sync_open(const char *uri, idem_sync **out, char **errmsg);
 /* Run one operation to completion. On return res holds a deep copy (free with
  * idem_result_clear); the function returns res->err or a submit error. */
-int idem_sync_run(idem_sync *sync, const idem_op *op, idem_result *res);
-void idem_sync_close(idem_sync *sync);
+IDEM_API int idem_sync_run(idem_sync *sync, const idem_op *op,
+                           idem_result *res);
+IDEM_API void idem_sync_close(idem_sync *sync);
 
 /* ---- time -------------------------------------------------------------- */
 
 /* Local wall clock in Unix milliseconds: the store clock of memory and LMDB. */
-int64_t idem_now_ms(void);
+IDEM_API int64_t idem_now_ms(void);
 
 /* Parse "500ms", "30s", "5m", "24h", "7d" into milliseconds. IDEM_EINVAL when
  * malformed, zero or out of range. */
-int idem_parse_duration(const char *text, int64_t *ms);
+IDEM_API int idem_parse_duration(const char *text, int64_t *ms);
 /* Parse "512", "64KiB", "1MiB", "1GiB" (also KB/MB/GB as powers of 1000,
  * k/K/M/G as powers of 1024) into bytes. IDEM_EINVAL when malformed. */
-int idem_parse_size(const char *text, uint64_t *bytes);
-
-/* ---- PostgreSQL: schema and in-transaction API (issue 6) -------------- */
-/*
- * For C callers who hold their own libpq connection. Pass the PGconn of your
- * own transaction and the record commits or rolls back with your business
- * writes: claim, write, complete, COMMIT; a crash before COMMIT leaves
- * neither. A concurrent claim of the same key waits on the row until your
- * transaction ends, then sees the outcome. For the steps of a saga, derive
- * one key per step ("KEY:STEP"). The connection must be in blocking mode,
- * not in pipeline mode. libpq-fe.h defines PGconn as struct pg_conn.
- */
-struct pg_conn;
-
-/* The schema this libidem uses (tables idem_records and idem_schema). */
-#define IDEM_PG_SCHEMA_VERSION 1
-
-/*
- * Create or upgrade the schema on conn (under an advisory lock, so several
- * processes may migrate at once). Outside a transaction it runs in its own;
- * inside one it joins it (DDL is transactional in PostgreSQL). *from_version
- * (may be NULL) gets the version found: 0 when there was none. IDEM_ESCHEMA
- * when the database holds a newer schema; IDEM_ESTORE on other failures.
- * errmsg as for idem_store_open.
- */
-int idem_pg_migrate(struct pg_conn *conn, int *from_version, char **errmsg);
-
-/*
- * Run one operation (claim, complete, fail, release, get, delete, list, gc)
- * as one statement on conn, in the caller's transaction if one is open. On
- * return res holds a deep copy (free with idem_result_clear) and the function
- * returns res->err. A server error gives IDEM_ESTORE (IDEM_ESCHEMA when the
- * table is missing) and aborts the caller's transaction: roll it back.
- * Under REPEATABLE READ or SERIALIZABLE a concurrent change of the same key
- * is a serialization failure: retry the transaction.
- */
-int idem_pg_run(struct pg_conn *conn, const idem_op *op, idem_result *res);
+IDEM_API int idem_parse_size(const char *text, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,9 @@
 #include "cli/commands.h"
 #include "core/settings.h"
 #include "idem/idem.h"
+#if IDEM_WITH_POSTGRES
 #include "store/postgres.h"
+#endif
 
 static const char usage[] =
     "usage: idem migrate --store URI [--check]\n"
@@ -37,10 +39,8 @@ static const setting migrate_settings[] = {
 static const setting_table migrate_table = {"migrate", migrate_settings,
                                             sizeof migrate_settings / sizeof migrate_settings[0]};
 
-static int is_postgres(const char *uri) {
-  return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
-}
-
+/* Any store but PostgreSQL (or any store at all, in a build without
+ * PostgreSQL, where opening a postgres:// URI says that this build has none). */
 static int other_store(const char *uri) {
   idem_sync *sync;
   char *msg = NULL;
@@ -53,6 +53,11 @@ static int other_store(const char *uri) {
   idem_sync_close(sync);
   printf("%.*s stores have no schema: nothing to migrate\n", (int)strcspn(uri, ":"), uri);
   return 0;
+}
+
+#if IDEM_WITH_POSTGRES
+static int is_postgres(const char *uri) {
+  return !strncmp(uri, "postgres://", 11) || !strncmp(uri, "postgresql://", 13);
 }
 
 static int postgres(const char *uri, int check) {
@@ -96,6 +101,7 @@ static int postgres(const char *uri, int check) {
   PQfinish(pg);
   return status;
 }
+#endif
 
 int cmd_migrate(int argc, char **argv) {
   migrate_args args = {0};
@@ -107,5 +113,11 @@ int cmd_migrate(int argc, char **argv) {
   int check = args.check;
   if (!uri || !*uri)
     return cli_usage_error("migrate", "--store URI is required");
-  return is_postgres(uri) ? postgres(uri, check) : other_store(uri);
+#if IDEM_WITH_POSTGRES
+  if (is_postgres(uri))
+    return postgres(uri, check);
+#else
+  (void)check; /* only PostgreSQL has a schema */
+#endif
+  return other_store(uri);
 }

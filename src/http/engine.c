@@ -1,6 +1,6 @@
 /*
- * engine.c - the idempotency flow of one request (DESIGN.md, "The gateway
- * contract"):
+ * engine.c - the idempotency flow of one request (README.md, "What a
+ * client sees"):
  *
  *   no semantics / no key ──────────────────────────► forward, answer
  *   claim ─ CLAIMED ─► forward with Idempotency-Fence ─┬ stored status ► complete ► answer

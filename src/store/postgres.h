@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 #include "store/lookup.h"
 
 /* The statements, in the order postgres_sql.c defines them. */

@@ -7,23 +7,31 @@
 
 #include "store/backend.h"
 
-static const idem_backend *const backends[] = {
-    &idem_backend_memory, &idem_backend_lmdb, &idem_backend_redis,
-    &idem_backend_postgres,
+/* Every scheme idem knows, and its backend: NULL when this build leaves the
+ * store out (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF), so that its URIs are
+ * refused by name rather than as unknown. */
+#define BUILT(with, backend) ((with) ? (backend) : NULL)
+static const struct {
+  const char *scheme, *store, *option;
+  const idem_backend *backend;
+} schemes[] = {
+    {"memory", "memory", NULL, &idem_backend_memory},
+    {"lmdb", "LMDB", NULL, &idem_backend_lmdb},
+    {"redis", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis)},
+    {"postgres", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
+    {"postgresql", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
 };
 
-/* "postgresql://" is libpq's other spelling of "postgres://". */
-static const idem_backend *find_backend(const char *uri) {
+/* The scheme's entry in schemes[], or -1. */
+static int find_scheme(const char *uri) {
   const char *colon = strchr(uri, ':');
   if (!colon)
-    return NULL;
+    return -1;
   size_t n = (size_t)(colon - uri);
-  if (n == 10 && !strncmp(uri, "postgresql", 10))
-    return &idem_backend_postgres;
-  for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
-    if (backends[i] && strlen(backends[i]->scheme) == n && !strncmp(uri, backends[i]->scheme, n))
-      return backends[i];
-  return NULL;
+  for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+    if (strlen(schemes[i].scheme) == n && !strncmp(uri, schemes[i].scheme, n))
+      return (int)i;
+  return -1;
 }
 
 static char *message(const char *text, const char *uri) {
@@ -96,10 +104,17 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
     *errmsg = NULL;
   if (!loop || !uri || !out)
     return IDEM_EINVAL;
-  const idem_backend *backend = find_backend(uri);
+  int i = find_scheme(uri);
+  const idem_backend *backend = i < 0 ? NULL : schemes[i].backend;
   if (!backend) {
-    if (errmsg)
+    if (errmsg && i < 0)
       *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, postgres://)", uri);
+    else if (errmsg) {
+      char text[128];
+      snprintf(text, sizeof text, "this build of idem has no %s support (built with -D%s=OFF)",
+               schemes[i].store, schemes[i].option);
+      *errmsg = message(text, uri);
+    }
     return IDEM_EURI;
   }
   idem_store *store = calloc(1, sizeof *store);

@@ -1,8 +1,9 @@
 /*
- * contract.c - the store contract: every transition of DESIGN.md, run
- * against the store named on the command line (`contract URI`). Every store
- * must pass all of it. Keys are unique per run, so a persistent store can be
- * reused; lease and retention tests wait for conditions, with deadlines.
+ * contract.c - the store contract: every transition of README.md's "How it
+ * works", run against the store named on the command line (`contract URI`).
+ * Every store must pass all of it. Keys are unique per run, so a persistent
+ * store can be reused; lease and retention tests wait for conditions, with
+ * deadlines.
  */
 #include <pthread.h>
 #include <setjmp.h>

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # install-check.sh BUILD_DIR SOURCE_DIR - install into a temporary prefix and
 # build examples/claim_once.c against it with pkg-config, shared and static;
-# run both: the first run executes, the second replays.
+# run both: the first run executes, the second replays. When the library has
+# PostgreSQL (libpq among its private requirements), <idem/idem_pg.h> is
+# installed too and examples/pg_exactly_once.c builds against it (it is not
+# run: that needs a server); without PostgreSQL, no idem_pg.h is installed.
 set -euo pipefail
 build=$1
 src=$2
@@ -15,8 +18,17 @@ cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cf
   -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/claim_once_shared"
 cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cflags idem) \
   "$(pkg-config --variable=libdir idem)/libidem.a" \
-  $(pkg-config --libs libuv libcrypto lmdb hiredis libpq) -lpthread -lm \
+  $(pkg-config --libs libuv $(pkg-config --print-requires-private idem)) -lpthread -lm \
   -o "$tmp/claim_once_static"
+if pkg-config --print-requires-private idem | grep -qx libpq; then
+  test -f "$tmp/prefix/include/idem/idem_pg.h"
+  cc -std=c11 -Wall -Wextra -Werror "$src/examples/pg_exactly_once.c" \
+    $(pkg-config --cflags --libs idem libpq) -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/pg_exactly_once"
+  echo "pg_exactly_once: built against <idem/idem_pg.h>"
+else
+  test ! -e "$tmp/prefix/include/idem/idem_pg.h"
+  echo "no PostgreSQL in this build: no <idem/idem_pg.h> installed"
+fi
 first=$("$tmp/claim_once_shared" "lmdb:$tmp/store" order-7)
 second=$("$tmp/claim_once_static" "lmdb:$tmp/store" order-7)
 echo "first:  $first"

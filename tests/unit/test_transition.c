@@ -1,7 +1,8 @@
 /*
  * test_transition.c - idem_transition, exhaustively: an explicit table of
- * DESIGN.md's transitions, then invariants checked over every combination of
- * stored state, lease, retention, fingerprint, fence and operation.
+ * the transitions in README.md's "How it works", then invariants checked over
+ * every combination of stored state, lease, retention, fingerprint, fence and
+ * operation.
  */
 #include <setjmp.h>
 #include <stdarg.h>

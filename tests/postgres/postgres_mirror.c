@@ -1,5 +1,5 @@
 /*
- * test_pg_mirror.c - the PostgreSQL statements against idem_transition(),
+ * postgres_mirror.c - the PostgreSQL statements against idem_transition(),
  * case by case: every stored state (absent, unseen, processing with the
  * lease running or over, completed, failed; live or expired) times every
  * operation (claim with the same or another fingerprint, with and without
@@ -27,6 +27,7 @@
 #include <libpq-fe.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 
 #ifndef IDEM_TEST_SUPPORT
 #define IDEM_TEST_SUPPORT "tests/support"

@@ -1,5 +1,5 @@
 /*
- * test_lmdb_store.c - what the LMDB store promises beyond the contract
+ * lmdb_store.c - what the LMDB store promises beyond the contract
  * suite: clear errors for bad paths and foreign files, durability across a
  * reopen, group commit, a full map refused per request, the expiry index,
  * gc and the background sweeper, handles sharing one environment.
@@ -445,7 +445,7 @@ static lock_holder hold_write_lock(const char *path) {
     dup2(out[1], 1);
     close(in[1]);
     close(out[0]);
-    execl("/proc/self/exe", "test_lmdb_store", "--hold-write-lock", path, (char *)NULL);
+    execl("/proc/self/exe", "lmdb_store", "--hold-write-lock", path, (char *)NULL);
     _exit(127);
   }
   close(in[0]);

@@ -1,5 +1,5 @@
 /*
- * test_pg_store.c - what the PostgreSQL store does beyond the contract:
+ * postgres_store.c - what the PostgreSQL store does beyond the contract:
  * schema checks and migrations, URI options, the in-transaction API, and a
  * server stopped and started under load.
  *
@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "idem/idem_pg.h"
 #include "support/slow_dns.h"
 
 #ifndef IDEM_TEST_SUPPORT
