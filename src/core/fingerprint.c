@@ -12,12 +12,12 @@
 
 #include <openssl/evp.h>
 
+#include "core/be64.h"
 #include "idem/idem.h"
 
 static int digest_field(EVP_MD_CTX *ctx, const void *data, size_t len) {
   uint8_t prefix[8];
-  uint64_t n = (uint64_t)len;
-  for (int i = 7; i >= 0; i--, n >>= 8) prefix[i] = (uint8_t)(n & 0xff);
+  idem_be64_put(prefix, (uint64_t)len);
   if (EVP_DigestUpdate(ctx, prefix, sizeof prefix) != 1) return -1;
   if (len > 0 && EVP_DigestUpdate(ctx, data, len) != 1) return -1;
   return 0;

@@ -129,31 +129,18 @@ void idem_record_clear(idem_record *rec) {
 }
 
 const char *idem_state_name(idem_state state) {
-  switch (state) {
-  case IDEM_STATE_UNSEEN:
-    return "unseen";
-  case IDEM_STATE_PROCESSING:
-    return "processing";
-  case IDEM_STATE_COMPLETED:
-    return "completed";
-  case IDEM_STATE_FAILED:
-    return "failed";
-  }
-  return "invalid";
+  static const char *const names[] = {[IDEM_STATE_UNSEEN] = "unseen",
+                                      [IDEM_STATE_PROCESSING] = "processing",
+                                      [IDEM_STATE_COMPLETED] = "completed",
+                                      [IDEM_STATE_FAILED] = "failed"};
+  return (unsigned)state < sizeof names / sizeof names[0] ? names[state] : "invalid";
 }
 
 const char *idem_outcome_name(idem_outcome outcome) {
-  switch (outcome) {
-  case IDEM_CLAIMED:
-    return "claimed";
-  case IDEM_REPLAY:
-    return "replay";
-  case IDEM_MISMATCH:
-    return "mismatch";
-  case IDEM_BUSY:
-    return "busy";
-  }
-  return "none";
+  static const char *const names[] = {[IDEM_CLAIMED] = "claimed", [IDEM_REPLAY] = "replay",
+                                      [IDEM_MISMATCH] = "mismatch", [IDEM_BUSY] = "busy"};
+  unsigned i = (unsigned)outcome;
+  return i < sizeof names / sizeof names[0] && names[i] ? names[i] : "none";
 }
 
 int idem_result_copy(idem_result *dst, const idem_result *src) {

@@ -12,6 +12,7 @@
 #include <lmdb.h>
 #include <openssl/evp.h>
 
+#include "core/be64.h"
 #include "core/scoped_key.h"
 #include "http/metrics.h"
 #include "http/policy.h"
@@ -36,18 +37,6 @@ struct gw_spool {
 
 /* ---- entries ---- */
 
-static void put_be64(unsigned char *p, uint64_t v) {
-  for (int i = 7; i >= 0; i--, v >>= 8)
-    p[i] = (unsigned char)v;
-}
-
-static uint64_t get_be64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v = v << 8 | p[i];
-  return v;
-}
-
 static size_t entry_key(const gw_spool *sp, const char *scope, const char *key,
                         unsigned char out[KEY_MAX]) {
   memcpy(out, sp->store_id, STORE_ID_LEN);
@@ -66,7 +55,7 @@ static int entry_decode(const unsigned char *p, size_t len, spool_entry *e) {
       (p[1] != IDEM_OP_COMPLETE && p[1] != IDEM_OP_RELEASE))
     return IDEM_ECORRUPT;
   e->kind = p[1];
-  e->ttl_ms = (int64_t)get_be64(p + 2);
+  e->ttl_ms = (int64_t)idem_be64_get(p + 2);
   return idem_record_decode(p + ENTRY_HEAD, len - ENTRY_HEAD, &e->rec);
 }
 
@@ -88,7 +77,7 @@ static unsigned char *entry_encode(const idem_op *op, const uint8_t *fingerprint
     return NULL;
   buf[0] = ENTRY_VERSION;
   buf[1] = (unsigned char)op->kind;
-  put_be64(buf + 2, (uint64_t)op->ttl_ms);
+  idem_be64_put(buf + 2, (uint64_t)op->ttl_ms);
   idem_record_encode(&rec, buf + ENTRY_HEAD);
   *len = ENTRY_HEAD + rlen;
   return buf;

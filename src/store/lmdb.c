@@ -523,9 +523,4 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   return 0;
 }
 
-const idem_backend idem_backend_lmdb = {
-    .scheme = "lmdb",
-    .open = lmdb_open,
-    .submit = lmdb_submit,
-    .close = lmdb_close,
-};
+const idem_backend idem_backend_lmdb = {"lmdb", lmdb_open, lmdb_submit, lmdb_close};

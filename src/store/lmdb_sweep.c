@@ -12,20 +12,17 @@
  */
 #include <string.h>
 
+#include "core/be64.h"
 #include "core/scoped_key.h"
 #include "store/lmdb_env.h"
 
+/* The sign bit flipped, so that byte order is time order. */
 static void expiry_key(int64_t at, unsigned char out[8]) {
-  uint64_t u = (uint64_t)at ^ (UINT64_C(1) << 63);
-  for (int i = 7; i >= 0; i--, u >>= 8)
-    out[i] = (unsigned char)u;
+  idem_be64_put(out, (uint64_t)at ^ (UINT64_C(1) << 63));
 }
 
 static int64_t expiry_time(const unsigned char *k) {
-  uint64_t u = 0;
-  for (int i = 0; i < 8; i++)
-    u = u << 8 | k[i];
-  return (int64_t)(u ^ (UINT64_C(1) << 63));
+  return (int64_t)(idem_be64_get(k) ^ (UINT64_C(1) << 63));
 }
 
 int lmdb_expiry_update(lmdb_env *e, MDB_txn *txn, const unsigned char *skey,

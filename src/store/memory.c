@@ -261,9 +261,4 @@ static void memory_close(idem_store *store) {
   idem_backend_closed(store);
 }
 
-const idem_backend idem_backend_memory = {
-    .scheme = "memory",
-    .open = memory_open,
-    .submit = memory_submit,
-    .close = memory_close,
-};
+const idem_backend idem_backend_memory = {"memory", memory_open, memory_submit, memory_close};

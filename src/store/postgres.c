@@ -337,9 +337,4 @@ static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
   return 0;
 }
 
-const idem_backend idem_backend_postgres = {
-    .scheme = "postgres",
-    .open = pgs_open,
-    .submit = pgs_submit,
-    .close = pgs_close,
-};
+const idem_backend idem_backend_postgres = {"postgres", pgs_open, pgs_submit, pgs_close};

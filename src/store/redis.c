@@ -164,9 +164,4 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   return 0;
 }
 
-const idem_backend idem_backend_redis = {
-    .scheme = "redis",
-    .open = redis_open,
-    .submit = redis_submit,
-    .close = redis_close,
-};
+const idem_backend idem_backend_redis = {"redis", redis_open, redis_submit, redis_close};
