@@ -12,8 +12,18 @@
 #include "http/metrics.h"
 #include "http/msg.h"
 #include "http/policy.h"
+#include "http/send_watch.h"
 
 #define ADMIN_MAX_REQUEST 16384
+/* Open admin connections at most. Probes and scrapers need a handful; past
+ * this bound a new connection is accepted and closed at once, so that a
+ * flood costs nothing and a probe fails fast instead of waiting in the
+ * backlog. */
+#define ADMIN_MAX_CONNS 64
+
+/* What a connection's timer stands for (the same timeouts as the main
+ * listener: --client-timeout, --idle-timeout, --send-timeout). */
+enum { A_NONE = 0, A_REQUEST, A_IDLE, A_SEND };
 
 struct gw_admin {
   uv_loop_t *loop;
@@ -23,6 +33,7 @@ struct gw_admin {
   uint64_t store_retry_at;
   int handles; /* listener + connections + store + ops in flight */
   struct admin_conn *conns;
+  int nconns;
   int stopping;
   void (*done)(void *);
   void *done_arg;
@@ -30,6 +41,12 @@ struct gw_admin {
 
 typedef struct admin_conn {
   uv_tcp_t tcp;
+  uv_timer_t timer;
+  int timer_mode;
+  gw_send_watch send;
+  int handles;     /* tcp and timer, until both are closed */
+  int closing;
+  int keep_alive;  /* the request allows another after its answer */
   gw_admin *a;
   struct admin_conn *next, *prev;
   http_parser p;
@@ -56,6 +73,9 @@ static void admin_unref(gw_admin *a) {
 static void conn_closed(uv_handle_t *h) {
   admin_conn *c = h->data;
   gw_admin *a = c->a;
+  if (--c->handles > 0)
+    return;
+  a->nconns--;
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -68,31 +88,109 @@ static void conn_closed(uv_handle_t *h) {
   admin_unref(a);
 }
 
+static void conn_close(admin_conn *c) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  uv_close((uv_handle_t *)&c->tcp, conn_closed);
+  uv_close((uv_handle_t *)&c->timer, conn_closed);
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void timer_set(admin_conn *c, int mode, int64_t ms) {
+  c->timer_mode = mode;
+  if (mode == A_NONE)
+    uv_timer_stop(&c->timer);
+  else
+    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t sz, uv_buf_t *buf);
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+/* Ready for the connection's next request (keep-alive). */
+static void next_request(admin_conn *c) {
+  http_parser_init(&c->p, HTTP_REQUEST);
+  c->p.data = c;
+  c->url.len = 0;
+  c->got = 0;
+  c->complete = 0;
+  timer_set(c, A_IDLE, c->a->cfg->idle_timeout_ms);
+  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+}
+
 static void write_done(uv_write_t *w, int status) {
   admin_conn *c = w->data;
-  (void)status;
-  uv_close((uv_handle_t *)&c->tcp, conn_closed);
+  c->busy = 0;
+  if (c->closing)
+    return;
+  if (status < 0 || !c->keep_alive || c->a->stopping)
+    conn_close(c);
+  else
+    next_request(c);
 }
 
 static void reply(admin_conn *c, int status, const char *ctype, const char *body,
                   size_t len) {
+  const char *conn = !c->keep_alive       ? "Connection: close\r\n"
+                     : c->p.http_minor == 0 ? "Connection: keep-alive\r\n"
+                                            : "";
   gw_buf head = {0};
   if (status == 204)
-    gw_buf_printf(&head, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+    gw_buf_printf(&head, "HTTP/1.1 204 No Content\r\n%s\r\n", conn);
   else
     gw_buf_printf(&head,
                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                  "Connection: close\r\n\r\n",
-                  status, policy_reason(status), ctype, len);
-  if (status != 204)
+                  "%s\r\n",
+                  status, policy_reason(status), ctype, len, conn);
+  if (status != 204 && c->p.method != HTTP_HEAD)
     gw_buf_append(&head, body, len);
   gw_buf_free(&c->out);
   c->out = head;
   uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
   c->wreq.data = c;
   c->busy = 1;
-  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_done))
-    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+  if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, write_done)) {
+    c->busy = 0;
+    conn_close(c);
+    return;
+  }
+  gw_send_watch_queued(&c->send, b.len);
+  if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0) {
+    uint64_t period = gw_send_watch_period(c->a->cfg->send_timeout_ms);
+    c->timer_mode = A_SEND;
+    gw_send_watch_start(&c->send, (uv_stream_t *)&c->tcp);
+    uv_timer_start(&c->timer, on_timer, period, period);
+  }
+}
+
+static void reply_problem(admin_conn *c, int status, const char *slug,
+                          const char *title, const char *detail);
+
+/* A request that did not arrive in time gets a 408 (and the connection
+ * closes); a connection that sent nothing, an idle one or a peer that takes
+ * no byte of its answer is closed. */
+static void on_timer(uv_timer_t *t) {
+  admin_conn *c = t->data;
+  if (c->timer_mode == A_SEND) {
+    gw_send_state st = gw_send_watch_tick(&c->send, (uv_stream_t *)&c->tcp,
+                                          c->a->cfg->send_timeout_ms);
+    if (st == GW_SEND_STALLED)
+      conn_close(c);
+    else if (st == GW_SEND_DRAINED)
+      timer_set(c, A_NONE, 0);
+    return;
+  }
+  if (c->timer_mode == A_REQUEST && c->got > 0 && !c->busy) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->keep_alive = 0;
+    timer_set(c, A_NONE, 0);
+    reply_problem(c, 408, "request-timeout", "Request Timeout",
+                  "the request did not arrive in time");
+    return;
+  }
+  conn_close(c);
 }
 
 static void reply_problem(admin_conn *c, int status, const char *slug,
@@ -345,6 +443,7 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 static int on_complete(http_parser *p) {
   admin_conn *c = p->data;
   c->complete = 1;
+  c->keep_alive = http_should_keep_alive(p);
   http_parser_pause(p, 1);
   return 0;
 }
@@ -364,20 +463,30 @@ static void alloc_cb(uv_handle_t *h, size_t sz, uv_buf_t *buf) {
 
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   admin_conn *c = s->data;
-  if (c->complete || c->busy)
+  if (c->complete || c->busy || c->closing)
     return;
   if (n < 0) {
-    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    conn_close(c);
     return;
   }
+  /* a request begins: --client-timeout from here (a new connection keeps
+   * the deadline it got at accept) */
+  if (n > 0 && c->got == 0 && c->timer_mode != A_REQUEST)
+    timer_set(c, A_REQUEST, c->a->cfg->client_timeout_ms);
   c->got += (size_t)n;
-  http_parser_execute(&c->p, &settings, buf->base, (size_t)n);
+  size_t used = http_parser_execute(&c->p, &settings, buf->base, (size_t)n);
   enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
   if (c->complete) {
     uv_read_stop(s);
+    timer_set(c, A_NONE, 0);
+    /* bytes past this request (pipelining) are not kept: answer, close */
+    if (used < (size_t)n)
+      c->keep_alive = 0;
     route(c);
   } else if (e != HPE_OK || c->got > ADMIN_MAX_REQUEST) {
     uv_read_stop(s);
+    timer_set(c, A_NONE, 0);
+    c->keep_alive = 0;
     reply_problem(c, 400, "bad-request", "Bad Request", "malformed request");
   }
 }
@@ -391,19 +500,23 @@ static void on_connection(uv_stream_t *l, int status) {
     return;
   c->a = a;
   uv_tcp_init(a->loop, &c->tcp);
-  c->tcp.data = c;
+  uv_timer_init(a->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->handles = 2;
   a->handles++;
+  a->nconns++;
   c->next = a->conns;
   if (a->conns)
     a->conns->prev = c;
   a->conns = c;
-  if (uv_accept(l, (uv_stream_t *)&c->tcp)) {
-    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+  if (uv_accept(l, (uv_stream_t *)&c->tcp) || a->nconns > ADMIN_MAX_CONNS) {
+    conn_close(c);
     return;
   }
-  http_parser_init(&c->p, HTTP_REQUEST);
-  c->p.data = c;
-  uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  next_request(c);
+  /* a new connection's first request has --client-timeout from accept, so
+   * one that never sends a byte is closed too */
+  timer_set(c, A_REQUEST, a->cfg->client_timeout_ms);
 }
 
 static void free_admin(uv_handle_t *h) { free(h->data); }
@@ -443,6 +556,6 @@ void gw_admin_stop(gw_admin *a, void (*done)(void *), void *arg) {
   }
   uv_close((uv_handle_t *)&a->listener, listener_closed);
   for (admin_conn *c = a->conns; c; c = c->next)
-    if (!c->busy && !uv_is_closing((uv_handle_t *)&c->tcp))
-      uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    if (!c->busy)
+      conn_close(c);
 }

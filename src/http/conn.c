@@ -9,13 +9,18 @@
 #include "http/gateway.h"
 #include "http/metrics.h"
 #include "http/policy.h"
+#include "http/send_watch.h"
 
 #define READ_CHUNK 65536
 #define LINGER_MS 2000
 #define DRAIN_GRACE_MS 1000 /* shutdown: wait for a new connection's request */
 #define PIPELINE_BUFFER (1u << 20) /* pipelined input held while answering */ /* after an error answer: drain input, then close */
 
-enum { T_NONE = 0, T_REQUEST, T_IDLE, T_LINGER };
+/* What the connection's one timer stands for. T_SEND ticks while an answer
+ * waits in the socket's write queue (send_watch.h); the exchange in flight
+ * is the only time the timer is otherwise free, and answers are written only
+ * then. */
+enum { T_NONE = 0, T_REQUEST, T_IDLE, T_LINGER, T_SEND };
 
 struct gw_conn {
   uv_tcp_t tcp;
@@ -31,6 +36,7 @@ struct gw_conn {
   gw_exchange *spare; /* the last one, emptied, for the next request */
   int refs;        /* open handles + active exchange */
   int timer_mode;
+  gw_send_watch send;
   int closing;     /* uv_close called */
   int lingering;   /* answered with close: discarding input until EOF */
   int peer_eof;
@@ -66,6 +72,8 @@ static void conn_unref(gw_conn *c) {
   gw_metrics_connections(-1);
   if (w->stopping && w->nconns == 0)
     gw_worker_idle(w);
+  else
+    gw_worker_conn_closed(w);
 }
 
 static void on_handle_close(uv_handle_t *h) { conn_unref(h->data); }
@@ -150,10 +158,53 @@ static void timer_set(gw_conn *c, int mode, int64_t ms) {
     uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
 }
 
+/* An answer's bytes wait in the write queue: watch that the client takes
+ * them (unless the timer already does, or stands for something else). */
+static void send_watch_arm(gw_conn *c) {
+  if (c->timer_mode != T_NONE || c->closing ||
+      uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0)
+    return;
+  uint64_t period = gw_send_watch_period(c->w->cfg->send_timeout_ms);
+  c->timer_mode = T_SEND;
+  gw_send_watch_start(&c->send, (uv_stream_t *)&c->tcp);
+  uv_timer_start(&c->timer, on_timer, period, period);
+}
+
+/* Every write to the client goes through here, so the send timeout sees it. */
+static int conn_write(gw_conn *c, uv_write_t *req, const uv_buf_t *bufs,
+                      unsigned n, uv_write_cb cb) {
+  int rc = uv_write(req, (uv_stream_t *)&c->tcp, bufs, n, cb);
+  if (rc)
+    return rc;
+  for (unsigned i = 0; i < n; i++)
+    gw_send_watch_queued(&c->send, bufs[i].len);
+  send_watch_arm(c);
+  return 0;
+}
+
+/* A T_SEND tick: a client that took no byte for --send-timeout is closed
+ * (its exchange ends through the cancelled write). */
+static void send_watch_tick(gw_conn *c) {
+  switch (gw_send_watch_tick(&c->send, (uv_stream_t *)&c->tcp,
+                             c->w->cfg->send_timeout_ms)) {
+  case GW_SEND_DRAINED:
+    timer_set(c, T_NONE, 0);
+    return;
+  case GW_SEND_MOVING:
+    return;
+  case GW_SEND_STALLED:
+    conn_close(c);
+  }
+}
+
 static void send_error(gw_conn *c, int status, const char *detail);
 
 static void on_timer(uv_timer_t *t) {
   gw_conn *c = t->data;
+  if (c->timer_mode == T_SEND) {
+    send_watch_tick(c);
+    return;
+  }
   if (c->timer_mode == T_REQUEST && c->rp.started && !c->ex) {
     gw_metrics_outcome(GW_OUT_CLIENT_TIMEOUT);
     send_error(c, 408, "the request did not arrive in time");
@@ -241,7 +292,7 @@ static void send_continue(gw_conn *c) {
     return;
   uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
   c->cont_wreq.data = c;
-  if (uv_write(&c->cont_wreq, (uv_stream_t *)&c->tcp, &b, 1, cont_cb) == 0) {
+  if (conn_write(c, &c->cont_wreq, &b, 1, cont_cb) == 0) {
     c->cont_pending = 1;
     c->refs++;
   }
@@ -461,15 +512,15 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
                             (unsigned)(ex->out_bufs[i].len - skip));
     skip = 0;
   }
-  int rc = uv_write(&ex->wreq, (uv_stream_t *)&c->tcp, rest, k, write_cb);
+  int rc = conn_write(c, &ex->wreq, rest, k, write_cb);
   if (rc)
     response_done(c, ex, rc);
 }
 
 /* ---- streamed answers ---- */
 
-#define STREAM_HIGH (1u << 20)  /* pause the upstream above this backlog */
-#define STREAM_LOW (256u << 10) /* and resume below this */
+/* The upstream pauses above GW_BACKLOG_HIGH (gateway.h), resumes below: */
+#define STREAM_LOW (256u << 10)
 
 typedef struct {
   uv_write_t req;
@@ -524,7 +575,7 @@ static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
   sw->ex = ex;
   sw->len = len;
   uv_buf_t b = uv_buf_init(sw->data, (unsigned)len);
-  if (uv_write(&sw->req, (uv_stream_t *)&c->tcp, &b, 1, stream_write_cb)) {
+  if (conn_write(c, &sw->req, &b, 1, stream_write_cb)) {
     free(sw);
     ex->stream_failed = 1;
     return;

@@ -245,7 +245,7 @@ static void on_stream_head(void *arg, upstream_response *up) {
 static void on_stream_data(void *arg, const char *data, size_t len) {
   gw_exchange *ex = arg;
   gw_conn_stream_data(ex, data, len);
-  if (!ex->up_paused && gw_conn_stream_backlog(ex) > (1u << 20)) {
+  if (!ex->up_paused && gw_conn_stream_backlog(ex) > GW_BACKLOG_HIGH) {
     ex->up_paused = 1;
     upstream_pause(&ex->up, 1);
   }
@@ -311,7 +311,7 @@ static void on_spill_kept(gw_exchange *ex, int kept) {
   ex->up.body.len = 0;
   if (ex->spill_ended)
     stream_upstream_done(ex, ex->spill_kind);
-  else if (gw_conn_stream_backlog(ex) <= (1u << 20))
+  else if (gw_conn_stream_backlog(ex) <= GW_BACKLOG_HIGH)
     gw_engine_stream_drained(ex); /* resume reading */
 }
 

@@ -37,7 +37,10 @@ typedef struct gw_worker {
   int listen_fd;
   int listen_spare_fd; /* dup of the listening socket: survives a pause */
   uv_tcp_t listener;
-  int listener_open;   /* 0 while accepting is paused (out of descriptors) */
+  int listener_open;   /* 0 while accepting is paused: out of descriptors,
+                          or --max-conns connections open */
+  int listener_closing; /* the paused listener's handle is not closed yet */
+  int limit_logged;    /* --max-conns was reached once (logged once) */
   uv_timer_t accept_timer;
   uv_async_t stop_async;
   idem_store *store;      /* NULL while the store cannot be opened */
@@ -110,6 +113,10 @@ typedef struct gw_exchange {
 
 /* ---- conn.c ---- */
 
+/* The most bytes of an answer a connection buffers before the upstream's
+ * read is paused (streamed answers; conn.c and engine.c). */
+#define GW_BACKLOG_HIGH (1u << 20)
+
 /* Accept a pending connection on w's listener. */
 void gw_conn_accept(gw_worker *w);
 
@@ -179,6 +186,8 @@ idem_store *gw_worker_store(gw_worker *w);
 
 /* The last connection of a stopping worker is gone: close pool and store. */
 void gw_worker_idle(gw_worker *w);
+/* A client connection of w is gone: accept again if --max-conns paused it. */
+void gw_worker_conn_closed(gw_worker *w);
 
 /* Run the gateway until SIGTERM or SIGINT. Returns the exit code. */
 int gw_run(const gw_config *cfg);
