@@ -29,6 +29,7 @@ typedef struct {
   gw_worker *workers;
   int nworkers;
   gw_admin *admin;
+  int *fds; /* each worker's listening socket, until it owns it */
   gw_spool *spool;
   uv_timer_t drain_deadline; /* SIGTERM + --drain-timeout: exit, whatever is left */
   uv_async_t finished;       /* a worker's loop is done */
@@ -414,142 +415,150 @@ static int open_spool(gw_server *srv) {
  * opens, not one per request. */
 #define BIG_ALLOC_BYTES (64 * 1024)
 
-int gw_run(const gw_config *cfg) {
-  mallopt(M_MMAP_THRESHOLD, BIG_ALLOC_BYTES);
-  gw_server srv;
-  memset(&srv, 0, sizeof srv);
-  srv.cfg = cfg;
-  signal(SIGPIPE, SIG_IGN);
-  http_parser_set_max_header_size((uint32_t)cfg->max_header + 1024);
+/* A listening socket on addr (port 0: a free one, written back), or -1
+ * after saying why. what: "" or " (admin)". */
+static int listen_or_say(const gw_addr *addr, int *port, int reuseport, const char *what) {
+  int fd = listen_socket(addr->host, port, reuseport);
+  if (fd < 0) {
+    char a[300];
+    gw_addr_format(addr->host, *port, a, sizeof a);
+    fprintf(stderr, "idem serve: cannot listen on %s%s: %s\n", a, what, strerror(-fd));
+  }
+  return fd;
+}
 
-  struct sockaddr_storage up;
-  if (resolve_upstream(cfg, &up))
-    return 1;
+/* One SO_REUSEPORT socket per worker in srv->fds, all on one port (written
+ * back to *port). SO_REUSEPORT would let this process share a port another
+ * process (say, a second idem serve) already listens on, splitting traffic
+ * between them unnoticed: a plain probe makes sure the port is free first. */
+static int listen_workers(gw_server *srv, int *port) {
+  const gw_config *cfg = srv->cfg;
+  if (*port != 0) {
+    int probe_port = *port, probe = listen_or_say(&cfg->listen, &probe_port, 0, "");
+    if (probe < 0)
+      return -1;
+    close(probe);
+  }
+  for (int i = 0; i < cfg->workers; i++)
+    if ((srv->fds[i] = listen_or_say(&cfg->listen, port, 1, "")) < 0) {
+      for (int k = 0; k < i; k++)
+        close(srv->fds[k]);
+      return -1;
+    }
+  return 0;
+}
+
+/* Tear down the workers built before a start-up failure; nothing ran yet. */
+static void unbuild(gw_server *srv, int inited) {
+  for (int i = 0; i < inited; i++) {
+    gw_worker *w = &srv->workers[i];
+    w->stopping = 1;
+    if (!uv_is_closing((uv_handle_t *)&w->listener))
+      uv_close((uv_handle_t *)&w->listener, NULL);
+    if (!uv_is_closing((uv_handle_t *)&w->accept_timer))
+      uv_close((uv_handle_t *)&w->accept_timer, NULL);
+    if (w->listen_spare_fd >= 0)
+      close(w->listen_spare_fd);
+    w->stopped = 1;
+    if (w->pool)
+      worker_close(w);
+    else
+      uv_close((uv_handle_t *)&w->stop_async, NULL);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&w->loop);
+  }
+  for (int i = inited; i < srv->cfg->workers; i++)
+    close(srv->fds[i]);
+}
+
+/* Everything that can fail, in order: the spool, the workers (store,
+ * pool), the admin socket. 0, or 1/2 for the exit status (2: a bad URI). */
+static int build(gw_server *srv, const struct sockaddr_storage *up, int *admin_fd,
+                 int *admin_port) {
+  const gw_config *cfg = srv->cfg;
+  int rc = open_spool(srv), inited = 0;
+  for (int i = 0; i < cfg->workers && !rc; i++) {
+    srv->workers[i].id = i;
+    rc = worker_init(&srv->workers[i], cfg, srv->fds[i], up, srv);
+    inited = i + 1;
+  }
+  if (!rc && cfg->has_admin && (*admin_fd = listen_or_say(&cfg->admin, admin_port, 0, " (admin)")) < 0)
+    rc = -1;
+  if (!rc)
+    return 0;
+  unbuild(srv, inited);
+  gw_spool_close(srv->spool);
+  return rc == -2 ? 2 : 1;
+}
+
+/* The main loop's handles: admin listener, drain deadline, signals. */
+static void start_main_loop(gw_server *srv, int admin_fd) {
+  if (admin_fd >= 0 && !(srv->admin = gw_admin_start(&srv->loop, srv->cfg, admin_fd)))
+    fprintf(stderr, "idem serve: admin listener failed\n");
+  uv_timer_init(&srv->loop, &srv->drain_deadline);
+  srv->drain_deadline.data = srv;
+  uv_async_init(&srv->loop, &srv->finished, on_worker_finished);
+  srv->finished.data = srv;
+  uv_signal_init(&srv->loop, &srv->sigterm);
+  uv_signal_init(&srv->loop, &srv->sigint);
+  srv->sigterm.data = srv->sigint.data = srv;
+  uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&srv->sigint, on_signal, SIGINT);
+}
+
+static void say_ready(const gw_server *srv, int port, int admin_port) {
+  char a[300];
+  gw_addr_format(srv->cfg->listen.host, port, a, sizeof a);
+  fprintf(stderr, "idem serve: listening on %s\n", a);
+  if (srv->admin) {
+    gw_addr_format(srv->cfg->admin.host, admin_port, a, sizeof a);
+    fprintf(stderr, "idem serve: admin listening on %s\n", a);
+  }
+  fflush(stderr);
+}
+
+static void warn_about(const gw_config *cfg) {
   if (cfg->upstream_timeout_ms > cfg->lock_ttl_ms)
     fprintf(stderr,
             "idem serve: warning: --upstream-timeout (%lldms) is longer than "
             "--lock-ttl (%lldms): a request still running when its lease ends "
             "can be taken over and run again\n",
             (long long)cfg->upstream_timeout_ms, (long long)cfg->lock_ttl_ms);
+}
 
-  int port = cfg->listen.port;
-  int n = cfg->workers;
-  if (port != 0) {
-    /* SO_REUSEPORT would let this process share a port another process
-     * (say, a second idem serve) already listens on, splitting traffic
-     * between them unnoticed: make sure the port is free first. */
-    int probe_port = port;
-    int probe = listen_socket(cfg->listen.host, &probe_port, 0);
-    if (probe < 0) {
-      char a[300];
-      gw_addr_format(cfg->listen.host, port, a, sizeof a);
-      fprintf(stderr, "idem serve: cannot listen on %s: %s\n", a, strerror(-probe));
-      return 1;
-    }
-    close(probe);
-  }
-  int *fds = calloc((size_t)n, sizeof *fds);
-  srv.workers = calloc((size_t)n, sizeof *srv.workers);
-  if (!fds || !srv.workers) {
-    fprintf(stderr, "idem serve: out of memory\n");
+int gw_run(const gw_config *cfg) {
+  mallopt(M_MMAP_THRESHOLD, BIG_ALLOC_BYTES);
+  signal(SIGPIPE, SIG_IGN);
+  http_parser_set_max_header_size((uint32_t)cfg->max_header + 1024);
+  gw_server srv;
+  memset(&srv, 0, sizeof srv);
+  srv.cfg = cfg;
+  struct sockaddr_storage up;
+  if (resolve_upstream(cfg, &up))
     return 1;
-  }
-  for (int i = 0; i < n; i++) {
-    fds[i] = listen_socket(cfg->listen.host, &port, 1);
-    if (fds[i] < 0) {
-      char a[300];
-      gw_addr_format(cfg->listen.host, port, a, sizeof a);
-      fprintf(stderr, "idem serve: cannot listen on %s: %s\n", a,
-              strerror(-fds[i]));
-      for (int k = 0; k < i; k++)
-        close(fds[k]);
-      free(fds);
-      free(srv.workers);
-      return 1;
+  warn_about(cfg);
+  int n = cfg->workers, port = cfg->listen.port, admin_fd = -1, admin_port = cfg->admin.port;
+  srv.fds = calloc((size_t)n, sizeof *srv.fds);
+  srv.workers = calloc((size_t)n, sizeof *srv.workers);
+  int rc = !srv.fds || !srv.workers ? (fprintf(stderr, "idem serve: out of memory\n"), 1)
+           : listen_workers(&srv, &port)  ? 1
+                                          : build(&srv, &up, &admin_fd, &admin_port);
+  if (!rc) {
+    uv_loop_init(&srv.loop);
+    start_main_loop(&srv, admin_fd);
+    for (int i = 0; i < n; i++)
+      uv_thread_create(&srv.workers[i].thread, worker_main, &srv.workers[i]);
+    srv.nworkers = n;
+    say_ready(&srv, port, admin_port);
+    uv_run(&srv.loop, UV_RUN_DEFAULT);
+    for (int i = 0; i < n; i++) {
+      uv_thread_join(&srv.workers[i].thread);
+      uv_loop_close(&srv.workers[i].loop);
     }
-  }
-  int rc = open_spool(&srv);
-  int inited = 0;
-  for (int i = 0; i < n && !rc; i++) {
-    srv.workers[i].id = i;
-    rc = worker_init(&srv.workers[i], cfg, fds[i], &up, &srv);
-    inited = i + 1;
-  }
-  int admin_fd = -1, admin_port = cfg->admin.port;
-  if (!rc && cfg->has_admin) {
-    admin_fd = listen_socket(cfg->admin.host, &admin_port, 0);
-    if (admin_fd < 0) {
-      char a[300];
-      gw_addr_format(cfg->admin.host, admin_port, a, sizeof a);
-      fprintf(stderr, "idem serve: cannot listen on %s (admin): %s\n", a,
-              strerror(-admin_fd));
-      rc = -1;
-    }
-  }
-  uv_loop_init(&srv.loop);
-  if (rc) {
-    /* tear down what was built; nothing ran yet */
-    for (int i = 0; i < inited; i++) {
-      gw_worker *w = &srv.workers[i];
-      w->stopping = 1;
-      if (!uv_is_closing((uv_handle_t *)&w->listener))
-        uv_close((uv_handle_t *)&w->listener, NULL);
-      if (!uv_is_closing((uv_handle_t *)&w->accept_timer))
-        uv_close((uv_handle_t *)&w->accept_timer, NULL);
-      if (w->listen_spare_fd >= 0)
-        close(w->listen_spare_fd);
-      w->stopped = 1;
-      if (w->pool)
-        worker_close(w);
-      else
-        uv_close((uv_handle_t *)&w->stop_async, NULL);
-      uv_run(&w->loop, UV_RUN_DEFAULT);
-      uv_loop_close(&w->loop);
-    }
-    for (int i = inited; i < n; i++)
-      close(fds[i]);
-    gw_spool_close(srv.spool);
     uv_loop_close(&srv.loop);
-    free(fds);
-    free(srv.workers);
-    return rc == -2 ? 2 : 1;
+    gw_spool_close(srv.spool);
   }
-  if (admin_fd >= 0) {
-    srv.admin = gw_admin_start(&srv.loop, cfg, admin_fd);
-    if (!srv.admin)
-      fprintf(stderr, "idem serve: admin listener failed\n");
-  }
-  uv_timer_init(&srv.loop, &srv.drain_deadline);
-  srv.drain_deadline.data = &srv;
-  uv_async_init(&srv.loop, &srv.finished, on_worker_finished);
-  srv.finished.data = &srv;
-  uv_signal_init(&srv.loop, &srv.sigterm);
-  uv_signal_init(&srv.loop, &srv.sigint);
-  srv.sigterm.data = srv.sigint.data = &srv;
-  uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&srv.sigint, on_signal, SIGINT);
-
-  for (int i = 0; i < n; i++)
-    uv_thread_create(&srv.workers[i].thread, worker_main, &srv.workers[i]);
-  srv.nworkers = n;
-
-  char a[300];
-  gw_addr_format(cfg->listen.host, port, a, sizeof a);
-  fprintf(stderr, "idem serve: listening on %s\n", a);
-  if (srv.admin) {
-    gw_addr_format(cfg->admin.host, admin_port, a, sizeof a);
-    fprintf(stderr, "idem serve: admin listening on %s\n", a);
-  }
-  fflush(stderr);
-
-  uv_run(&srv.loop, UV_RUN_DEFAULT);
-  for (int i = 0; i < n; i++) {
-    uv_thread_join(&srv.workers[i].thread);
-    uv_loop_close(&srv.workers[i].loop);
-  }
-  uv_loop_close(&srv.loop);
-  gw_spool_close(srv.spool);
-  free(fds);
+  free(srv.fds);
   free(srv.workers);
-  return 0;
+  return rc;
 }
