@@ -13,6 +13,7 @@
 #include "http/msg.h"
 #include "http/policy.h"
 #include "http/send_watch.h"
+#include "http/store_handle.h"
 
 #define ADMIN_MAX_REQUEST 16384
 /* Open admin connections at most. Probes and scrapers need a handful; past
@@ -202,22 +203,10 @@ static void reply_problem(admin_conn *c, int status, const char *slug,
 }
 
 static idem_store *admin_store(gw_admin *a) {
-  if (a->store)
-    return a->store;
-  uint64_t now = uv_now(a->loop);
-  if (now < a->store_retry_at)
-    return NULL;
-  a->store_retry_at = now + 1000;
-  char *msg = NULL;
-  int rc = idem_store_open(a->loop, a->cfg->store_uri, &a->store, &msg);
-  if (rc) {
-    fprintf(stderr, "idem serve: admin store %s: %s%s%s\n", a->cfg->store_uri,
-            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
-    free(msg);
-    a->store = NULL;
-  } else {
-    a->handles++;
-  }
+  int had = a->store != NULL;
+  gw_store_reopen(a->loop, a->cfg->store_uri, "admin ", &a->store, &a->store_retry_at);
+  if (!had && a->store)
+    a->handles++; /* the store handle's hold, until it is closed */
   return a->store;
 }
 

@@ -53,6 +53,10 @@ static void exchange_free(gw_exchange *ex);
 
 /* ---- lifetime ---- */
 
+/* Who answers this connection's requests (the engine, set by server.c):
+ * called through the table, never by name. */
+static const gw_handler *w_handler(const gw_conn *c) { return c->w->handler; }
+
 static void conn_unref(gw_conn *c) {
   if (--c->refs > 0)
     return;
@@ -70,10 +74,7 @@ static void conn_unref(gw_conn *c) {
     exchange_free(c->spare);
   free(c);
   gw_metrics_connections(-1);
-  if (w->stopping && w->nconns == 0)
-    gw_worker_idle(w);
-  else
-    gw_worker_conn_closed(w);
+  w->conn_closed(w);
 }
 
 static void on_handle_close(uv_handle_t *h) { conn_unref(h->data); }
@@ -316,7 +317,7 @@ static void dispatch(gw_conn *c, gw_request *req) {
   /* Reading goes on while the request runs (no epoll_ctl per request);
    * pipelined bytes wait in c->in, and read_cb stops past a bound. */
   timer_set(c, T_NONE, 0);
-  gw_engine_handle(ex);
+  w_handler(c)->handle(ex);
 }
 
 static void process(gw_conn *c) {
@@ -544,10 +545,10 @@ static void stream_write_cb(uv_write_t *req, int status) {
   free(sw);
   if (status < 0) {
     ex->stream_failed = 1;
-    gw_engine_stream_unwanted(ex);
+    w_handler(ex->conn)->stop(ex);
   }
   if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
-    gw_engine_stream_drained(ex);
+    w_handler(ex->conn)->proceed(ex);
   if (ex->stream_ended && ex->stream_writes == 0)
     stream_finish(ex);
 }
@@ -556,7 +557,7 @@ static void stream_write_cb(uv_write_t *req, int status) {
 static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
   gw_conn *c = ex->conn;
   if (c->closing || ex->stream_failed) {
-    gw_engine_stream_unwanted(ex); /* no one to send the rest to */
+    w_handler(c)->stop(ex); /* no one to send the rest to */
     return;
   }
   size_t len = 0;
@@ -734,5 +735,5 @@ void gw_conn_drain_all(gw_worker *w) {
     c = next;
   }
   if (w->nconns == 0)
-    gw_worker_idle(w);
+    w->conn_closed(w);
 }

@@ -21,6 +21,7 @@
 #include "http/metrics.h"
 #include "http/policy.h"
 #include "http/spool.h"
+#include "http/store_handle.h"
 
 enum { AFTER_UPSTREAM_ANSWER = 0, AFTER_502_UNREACHABLE };
 
@@ -251,7 +252,8 @@ static void on_stream_data(void *arg, const char *data, size_t len) {
   }
 }
 
-void gw_engine_stream_drained(gw_exchange *ex) {
+/* The client took the backlog of a streamed answer: read the upstream on. */
+static void stream_proceed(gw_exchange *ex) {
   if (ex->up_paused) {
     ex->up_paused = 0;
     upstream_pause(&ex->up, 0);
@@ -261,7 +263,7 @@ void gw_engine_stream_drained(gw_exchange *ex) {
 /* Nobody reads the rest: drop the upstream connection instead of reading
  * the answer to its end (a cancelled download of gigabytes). The request
  * ran either way; a keyed one is settled already (the stored 502). */
-void gw_engine_stream_unwanted(gw_exchange *ex) {
+static void stream_stop(gw_exchange *ex) {
   if (!ex->upstream_cut) {
     ex->upstream_cut = 1;
     upstream_abort(&ex->up);
@@ -312,7 +314,7 @@ static void on_spill_kept(gw_exchange *ex, int kept) {
   if (ex->spill_ended)
     stream_upstream_done(ex, ex->spill_kind);
   else if (gw_conn_stream_backlog(ex) <= GW_BACKLOG_HIGH)
-    gw_engine_stream_drained(ex); /* resume reading */
+    stream_proceed(ex); /* resume reading */
 }
 
 static void on_spill_head(void *arg, upstream_response *up) {
@@ -554,7 +556,8 @@ static int replay_spooled(gw_exchange *ex) {
 static void claim(gw_exchange *ex) {
   if (replay_spooled(ex))
     return;
-  idem_store *st = gw_worker_store(ex->w);
+  gw_worker *w = ex->w;
+  idem_store *st = gw_store_reopen(&w->loop, w->cfg->store_uri, "", &w->store, &w->store_retry_at);
   if (!st) {
     store_failed(ex, "open", IDEM_ESTORE);
     return;
@@ -572,7 +575,7 @@ static void claim(gw_exchange *ex) {
     store_failed(ex, "claim", rc);
 }
 
-void gw_engine_handle(gw_exchange *ex) {
+static void handle(gw_exchange *ex) {
   gw_request *r = ex->req;
   const gw_config *cfg = ex->w->cfg;
   if (!policy_method_has_semantics(cfg, r->method)) {
@@ -608,3 +611,5 @@ void gw_engine_handle(gw_exchange *ex) {
   }
   claim(ex);
 }
+
+const gw_handler gw_engine = {handle, stream_proceed, stream_stop};

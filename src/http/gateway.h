@@ -28,9 +28,22 @@
 #include "idem/idem.h"
 
 typedef struct gw_conn gw_conn;
+typedef struct gw_exchange gw_exchange;
 
-typedef struct gw_worker {
+/* What the connection layer (conn.c) calls on whoever answers its requests,
+ * as h2o's generators do: the connection never names the engine. server.c
+ * sets each worker's to the engine's (gw_engine). */
+typedef struct {
+  void (*handle)(gw_exchange *ex);  /* a complete request: answer it */
+  void (*proceed)(gw_exchange *ex); /* a streamed answer's backlog drained: send more */
+  void (*stop)(gw_exchange *ex);    /* the client of a streamed answer is gone */
+} gw_handler;
+
+typedef struct gw_worker gw_worker;
+struct gw_worker {
   int id;
+  const gw_handler *handler;               /* answers the requests */
+  void (*conn_closed)(gw_worker *w);       /* a connection closed (server.c) */
   const gw_config *cfg;
   uv_loop_t loop;
   uv_thread_t thread;
@@ -58,9 +71,9 @@ typedef struct gw_worker {
   size_t nconns;
   int stopping;
   int stopped; /* the store and pool are closing or closed */
-} gw_worker;
+};
 
-typedef struct gw_exchange {
+struct gw_exchange {
   gw_worker *w;
   gw_conn *conn;
   gw_request *req;
@@ -109,7 +122,7 @@ typedef struct gw_exchange {
   int spill_ended;        /* the upstream finished meanwhile, with: */
   upstream_kind spill_kind;
   int spill_refused;      /* nothing kept its marker: 503 once the upstream is gone */
-} gw_exchange;
+};
 
 /* ---- conn.c ---- */
 
@@ -170,24 +183,12 @@ void gw_keep_release(gw_exchange *ex, void (*released)(gw_exchange *ex));
 
 /* ---- engine.c ---- */
 
-/* Run the idempotency flow for a complete request. */
-void gw_engine_handle(gw_exchange *ex);
-/* conn.c: a streamed answer's writes drained; resume the upstream. */
-void gw_engine_stream_drained(gw_exchange *ex);
-/* conn.c: the client of a streamed answer is gone (closed, or a write
- * failed): stop reading the upstream's answer. */
-void gw_engine_stream_unwanted(gw_exchange *ex);
+/* The idempotency flow of a request, as a connection's handler. */
+extern const gw_handler gw_engine;
 
 /* ---- server.c ---- */
 
-/* The worker's store handle, opened again (at most once a second) when it
- * could not be: NULL while it cannot. */
-idem_store *gw_worker_store(gw_worker *w);
 
-/* The last connection of a stopping worker is gone: close pool and store. */
-void gw_worker_idle(gw_worker *w);
-/* A client connection of w is gone: accept again if --max-conns paused it. */
-void gw_worker_conn_closed(gw_worker *w);
 
 /* Run the gateway until SIGTERM or SIGINT. Returns the exit code. */
 int gw_run(const gw_config *cfg);

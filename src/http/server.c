@@ -21,6 +21,7 @@
 
 #include "http/admin.h"
 #include "http/gateway.h"
+#include "http/store_handle.h"
 
 typedef struct {
   const gw_config *cfg;
@@ -146,8 +147,14 @@ static void listener_pause(gw_worker *w) {
   uv_close((uv_handle_t *)&w->listener, on_listener_paused);
 }
 
-void gw_worker_conn_closed(gw_worker *w) {
-  if (!w->listener_open && !uv_is_active((uv_handle_t *)&w->accept_timer))
+static void worker_idle(gw_worker *w);
+
+/* A client connection of w is gone: the last of a stopping worker lets its
+ * pool and store go; otherwise accept again if --max-conns paused it. */
+static void on_conn_closed(gw_worker *w) {
+  if (w->stopping && w->nconns == 0)
+    worker_idle(w);
+  else if (!w->listener_open && !uv_is_active((uv_handle_t *)&w->accept_timer))
     relisten(w);
 }
 
@@ -181,22 +188,8 @@ static void on_connection(uv_stream_t *l, int status) {
 
 static void on_async_closed(uv_handle_t *h) { (void)h; }
 
-idem_store *gw_worker_store(gw_worker *w) {
-  if (w->store)
-    return w->store;
-  uint64_t now = uv_now(&w->loop);
-  if (now < w->store_retry_at)
-    return NULL;
-  w->store_retry_at = now + 1000;
-  char *msg = NULL;
-  int rc = idem_store_open(&w->loop, w->cfg->store_uri, &w->store, &msg);
-  if (rc) {
-    fprintf(stderr, "idem serve: store %s: %s%s%s\n", w->cfg->store_uri, idem_strerror(rc),
-            msg ? ": " : "", msg ? msg : "");
-    free(msg);
-    w->store = NULL;
-  }
-  return w->store;
+static idem_store *worker_store(gw_worker *w) {
+  return gw_store_reopen(&w->loop, w->cfg->store_uri, "", &w->store, &w->store_retry_at);
 }
 
 /* ---- the spool's drain (worker 0) ----
@@ -219,7 +212,7 @@ static void on_drain_tick(uv_timer_t *t) {
   gw_worker *w = t->data;
   if (w->draining)
     return;
-  idem_store *st = gw_worker_store(w);
+  idem_store *st = worker_store(w);
   w->draining = 1;
   gw_spool_drain(w->spool, &w->loop, st, on_drain_round, w);
 }
@@ -250,7 +243,7 @@ static void worker_close(gw_worker *w) {
 }
 
 /* Worker 0 empties the spool before it lets its store go. */
-void gw_worker_idle(gw_worker *w) {
+static void worker_idle(gw_worker *w) {
   if (w->stopped)
     return;
   w->stopped = 1;
@@ -293,6 +286,8 @@ static void worker_main(void *arg) {
 static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
                        const struct sockaddr_storage *up, gw_server *srv) {
   w->cfg = cfg;
+  w->handler = &gw_engine;
+  w->conn_closed = on_conn_closed;
   w->spool = srv->spool;
   w->finished = &srv->finished;
   w->listen_fd = fd;
