@@ -441,6 +441,38 @@ static int drop_if_client_gone(gw_exchange *ex) {
   return 1;
 }
 
+/* Whether the connection closes after this answer. After the client's EOF,
+ * pipelined requests already received are still answered; the last answer
+ * closes. */
+static int closes_after(const gw_exchange *ex, int asked) {
+  const gw_conn *c = ex->conn;
+  const gw_request *req = ex->req;
+  return asked || !req || !req->keep_alive || req->upgrade || c->w->stopping ||
+         (c->peer_eof && c->in_off >= c->in.len);
+}
+
+/* The head of an answer into ex->out_head: status line, headers, framing
+ * (a Content-Length of content_length when >= 0, or chunked), and the
+ * connection's fate. 0, or -1 out of memory. */
+static int write_head(gw_exchange *ex, int status, const char *headers, size_t headers_len,
+                      int64_t content_length, int chunked, int close) {
+  gw_buf *h = &ex->out_head;
+  h->len = 0;
+  int err = gw_buf_reserve(h, headers_len + 128);
+  err |= gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));
+  err |= gw_buf_append(h, headers, headers_len);
+  if (content_length >= 0)
+    err |= gw_buf_printf(h, "Content-Length: %lld\r\n", (long long)content_length);
+  if (chunked)
+    err |= gw_buf_puts(h, "Transfer-Encoding: chunked\r\n");
+  if (close)
+    err |= gw_buf_puts(h, "Connection: close\r\n");
+  else if (ex->req->http_minor == 0)
+    err |= gw_buf_puts(h, "Connection: keep-alive\r\n");
+  err |= gw_buf_puts(h, "\r\n");
+  return err ? -1 : 0;
+}
+
 void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
                      size_t headers_len, const char *body, size_t body_len,
                      unsigned flags) {
@@ -449,32 +481,11 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
   if (drop_if_client_gone(ex))
     return;
   int is_head = req && req->is_head;
-  /* after the client's EOF, pipelined requests already received are still
-   * answered; the last answer closes */
-  int close = (flags & GW_RESP_CLOSE) || !req || !req->keep_alive ||
-              req->upgrade || c->w->stopping ||
-              (c->peer_eof && c->in_off >= c->in.len);
+  int close = closes_after(ex, flags & GW_RESP_CLOSE);
+  int sized = !(flags & (GW_RESP_OWN_CL | GW_RESP_NO_CL)) && status != 204 && status != 304 &&
+              status >= 200;
   gw_buf *h = &ex->out_head;
-  h->len = 0;
-  int err = gw_buf_reserve(h, headers_len + 128);
-  err |= gw_buf_puts(h, "HTTP/1.1 ");
-  err |= gw_buf_u64(h, (uint64_t)status);
-  err |= gw_buf_puts(h, " ");
-  err |= gw_buf_puts(h, policy_reason(status));
-  err |= gw_buf_puts(h, "\r\n");
-  err |= gw_buf_append(h, headers, headers_len);
-  if (!(flags & (GW_RESP_OWN_CL | GW_RESP_NO_CL)) && status != 204 &&
-      status != 304 && status >= 200) {
-    err |= gw_buf_puts(h, "Content-Length: ");
-    err |= gw_buf_u64(h, body_len);
-    err |= gw_buf_puts(h, "\r\n");
-  }
-  if (close)
-    err |= gw_buf_puts(h, "Connection: close\r\n");
-  else if (req->http_minor == 0)
-    err |= gw_buf_puts(h, "Connection: keep-alive\r\n");
-  err |= gw_buf_puts(h, "\r\n");
-  if (err) {
+  if (write_head(ex, status, headers, headers_len, sized ? (int64_t)body_len : -1, 0, close)) {
     exchange_free(ex);
     c->ex = NULL;
     conn_close(c);
@@ -518,139 +529,33 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
     response_done(c, ex, rc);
 }
 
-/* ---- streamed answers ---- */
+/* ---- for stream.c: the connection under a streamed answer ---- */
 
-/* The upstream pauses above GW_BACKLOG_HIGH (gateway.h), resumes below: */
-#define STREAM_LOW (256u << 10)
+int gw_conn_write(gw_exchange *ex, uv_write_t *req, const uv_buf_t *bufs, unsigned n,
+                  uv_write_cb cb) {
+  return conn_write(ex->conn, req, bufs, n, cb);
+}
 
-typedef struct {
-  uv_write_t req;
-  gw_exchange *ex;
-  size_t len;
-  char data[];
-} stream_write;
+int gw_conn_gone(const gw_exchange *ex) { return ex->conn->closing; }
 
-static void stream_finish(gw_exchange *ex) {
+void gw_conn_cut(gw_exchange *ex) {
+  if (!ex->conn->closing)
+    conn_close(ex->conn);
+}
+
+void gw_conn_finish(gw_exchange *ex, int failed) {
   gw_conn *c = ex->conn;
   if (drop_if_client_gone(ex))
     return;
-  response_done(c, ex, ex->stream_failed ? UV_ECANCELED : 0);
+  response_done(c, ex, failed ? UV_ECANCELED : 0);
 }
 
-static void stream_write_cb(uv_write_t *req, int status) {
-  stream_write *sw = (stream_write *)req;
-  gw_exchange *ex = sw->ex;
-  ex->stream_writes--;
-  ex->stream_queued -= sw->len;
-  free(sw);
-  if (status < 0) {
-    ex->stream_failed = 1;
-    w_handler(ex->conn)->stop(ex);
-  }
-  if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
-    w_handler(ex->conn)->proceed(ex);
-  if (ex->stream_ended && ex->stream_writes == 0)
-    stream_finish(ex);
-}
-
-/* Write parts as one block (copied: the caller's bytes are gone after). */
-static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
-  gw_conn *c = ex->conn;
-  if (c->closing || ex->stream_failed) {
-    w_handler(c)->stop(ex); /* no one to send the rest to */
-    return;
-  }
-  size_t len = 0;
-  for (int i = 0; i < n; i++)
-    len += parts[i].len;
-  stream_write *sw = malloc(sizeof *sw + len);
-  if (!sw) {
-    ex->stream_failed = 1;
-    return;
-  }
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    memcpy(sw->data + off, parts[i].base, parts[i].len);
-    off += parts[i].len;
-  }
-  sw->ex = ex;
-  sw->len = len;
-  uv_buf_t b = uv_buf_init(sw->data, (unsigned)len);
-  if (conn_write(c, &sw->req, &b, 1, stream_write_cb)) {
-    free(sw);
-    ex->stream_failed = 1;
-    return;
-  }
-  ex->stream_writes++;
-  ex->stream_queued += len;
-}
-
-void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
-                          size_t headers_len, int mode) {
-  gw_conn *c = ex->conn;
-  gw_request *req = ex->req;
-  ex->streaming = 1;
-  ex->stream_mode = mode;
-  ex->close_after = mode == GW_STREAM_CLOSE || !req->keep_alive || req->upgrade ||
-                    c->w->stopping || (c->peer_eof && c->in_off >= c->in.len);
-  gw_buf *h = &ex->out_head;
-  h->len = 0;
-  int err = gw_buf_puts(h, "HTTP/1.1 ");
-  err |= gw_buf_u64(h, (uint64_t)status);
-  err |= gw_buf_puts(h, " ");
-  err |= gw_buf_puts(h, policy_reason(status));
-  err |= gw_buf_puts(h, "\r\n");
-  err |= gw_buf_append(h, headers, headers_len);
-  if (mode == GW_STREAM_CHUNKED)
-    err |= gw_buf_puts(h, "Transfer-Encoding: chunked\r\n");
-  if (ex->close_after)
-    err |= gw_buf_puts(h, "Connection: close\r\n");
-  else if (req->http_minor == 0)
-    err |= gw_buf_puts(h, "Connection: keep-alive\r\n");
-  err |= gw_buf_puts(h, "\r\n");
-  if (err) {
-    ex->stream_failed = 1;
-    return;
-  }
-  uv_buf_t b = uv_buf_init(h->p, (unsigned)h->len);
-  stream_write_parts(ex, &b, 1);
-}
-
-void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len) {
-  if (!len || !ex->streaming || ex->req->is_head)
-    return;
-  if (ex->stream_mode == GW_STREAM_CHUNKED) {
-    char size[24];
-    int n = snprintf(size, sizeof size, "%zx\r\n", len);
-    uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)n),
-                         uv_buf_init((char *)data, (unsigned)len),
-                         uv_buf_init("\r\n", 2)};
-    stream_write_parts(ex, parts, 3);
-  } else {
-    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
-    stream_write_parts(ex, &b, 1);
-  }
-}
-
-/* How many bytes of a streamed answer wait in the socket's queue. */
-size_t gw_conn_stream_backlog(const gw_exchange *ex) { return ex->stream_queued; }
-
-void gw_conn_stream_end(gw_exchange *ex, int ok) {
-  gw_conn *c = ex->conn;
-  if (ok && ex->stream_mode == GW_STREAM_CHUNKED && !ex->req->is_head) {
-    uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
-    stream_write_parts(ex, &b, 1);
-  }
-  ex->stream_ended = 1;
-  if (!ok) {
-    /* the answer broke midway: the client must see it cut, not complete */
-    ex->stream_failed = 1;
-    ex->close_after = 1;
-    if (!c->closing)
-      conn_close(c);
-  }
-  if (ex->stream_writes == 0)
-    stream_finish(ex);
+int gw_conn_head(gw_exchange *ex, int status, const char *headers, size_t headers_len,
+                 int chunked, int close) {
+  ex->close_after = closes_after(ex, close);
+  if (write_head(ex, status, headers, headers_len, -1, chunked, ex->close_after))
+    return -1;
+  return 0;
 }
 
 void gw_conn_problem(gw_exchange *ex, int status, const char *slug,

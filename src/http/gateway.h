@@ -164,6 +164,18 @@ void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len);
 void gw_conn_stream_end(gw_exchange *ex, int ok);
 /* Bytes of a streamed answer still waiting to be written. */
 size_t gw_conn_stream_backlog(const gw_exchange *ex);
+/* (stream.c has the four above) */
+
+/* The connection under a streamed answer, for stream.c: write (counted by
+ * the send timeout), whether the client is gone, cut it (the answer must
+ * look broken, not complete), end the exchange, and write the head. */
+int gw_conn_write(gw_exchange *ex, uv_write_t *req, const uv_buf_t *bufs, unsigned n,
+                  uv_write_cb cb);
+int gw_conn_gone(const gw_exchange *ex);
+void gw_conn_cut(gw_exchange *ex);
+void gw_conn_finish(gw_exchange *ex, int failed);
+int gw_conn_head(gw_exchange *ex, int status, const char *headers, size_t headers_len,
+                 int chunked, int close);
 
 /* Shutdown: close idle connections now, the others after their answer. */
 void gw_conn_drain_all(gw_worker *w);

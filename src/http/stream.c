@@ -1,0 +1,122 @@
+/*
+ * stream.c - streamed answers (pass-through, and keyed answers past
+ * --max-response): the head with the framing of its mode, then the body as
+ * it comes, each piece copied and written at once, with the backlog that
+ * pauses the upstream (GW_BACKLOG_HIGH) and resumes it (STREAM_LOW). It
+ * writes through the connection (gw_conn_write and friends in gateway.h)
+ * and tells the engine through the worker's handler, never by name.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/gateway.h"
+
+/* The upstream pauses above GW_BACKLOG_HIGH (gateway.h), resumes below: */
+#define STREAM_LOW (256u << 10)
+
+typedef struct {
+  uv_write_t req;
+  gw_exchange *ex;
+  size_t len;
+  char data[];
+} stream_write;
+
+static void stream_finish(gw_exchange *ex) { gw_conn_finish(ex, ex->stream_failed); }
+
+static void stream_write_cb(uv_write_t *req, int status) {
+  stream_write *sw = (stream_write *)req;
+  gw_exchange *ex = sw->ex;
+  ex->stream_writes--;
+  ex->stream_queued -= sw->len;
+  free(sw);
+  if (status < 0) {
+    ex->stream_failed = 1;
+    ex->w->handler->stop(ex);
+  }
+  if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
+    ex->w->handler->proceed(ex);
+  if (ex->stream_ended && ex->stream_writes == 0)
+    stream_finish(ex);
+}
+
+/* Write parts as one block (copied: the caller's bytes are gone after). */
+static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
+  if (gw_conn_gone(ex) || ex->stream_failed) {
+    ex->w->handler->stop(ex); /* no one to send the rest to */
+    return;
+  }
+  size_t len = 0;
+  for (int i = 0; i < n; i++)
+    len += parts[i].len;
+  stream_write *sw = malloc(sizeof *sw + len);
+  if (!sw) {
+    ex->stream_failed = 1;
+    return;
+  }
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(sw->data + off, parts[i].base, parts[i].len);
+    off += parts[i].len;
+  }
+  sw->ex = ex;
+  sw->len = len;
+  uv_buf_t b = uv_buf_init(sw->data, (unsigned)len);
+  if (gw_conn_write(ex, &sw->req, &b, 1, stream_write_cb)) {
+    free(sw);
+    ex->stream_failed = 1;
+    return;
+  }
+  ex->stream_writes++;
+  ex->stream_queued += len;
+}
+
+void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
+                          size_t headers_len, int mode) {
+  ex->streaming = 1;
+  ex->stream_mode = mode;
+  gw_buf *h = &ex->out_head;
+  if (gw_conn_head(ex, status, headers, headers_len, mode == GW_STREAM_CHUNKED,
+                   mode == GW_STREAM_CLOSE)) {
+    ex->stream_failed = 1;
+    return;
+  }
+  uv_buf_t b = uv_buf_init(h->p, (unsigned)h->len);
+  stream_write_parts(ex, &b, 1);
+}
+
+void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len) {
+  if (!len || !ex->streaming || ex->req->is_head)
+    return;
+  if (ex->stream_mode == GW_STREAM_CHUNKED) {
+    char size[24];
+    int n = snprintf(size, sizeof size, "%zx\r\n", len);
+    uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)n),
+                         uv_buf_init((char *)data, (unsigned)len),
+                         uv_buf_init("\r\n", 2)};
+    stream_write_parts(ex, parts, 3);
+  } else {
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    stream_write_parts(ex, &b, 1);
+  }
+}
+
+/* How many bytes of a streamed answer wait in the socket's queue. */
+size_t gw_conn_stream_backlog(const gw_exchange *ex) { return ex->stream_queued; }
+
+void gw_conn_stream_end(gw_exchange *ex, int ok) {
+  if (ok && ex->stream_mode == GW_STREAM_CHUNKED && !ex->req->is_head) {
+    uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
+    stream_write_parts(ex, &b, 1);
+  }
+  ex->stream_ended = 1;
+  if (!ok) {
+    /* the answer broke midway: the client must see it cut, not complete */
+    ex->stream_failed = 1;
+    ex->close_after = 1;
+    gw_conn_cut(ex);
+  }
+  if (ex->stream_writes == 0)
+    stream_finish(ex);
+}
+
