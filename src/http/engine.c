@@ -47,15 +47,8 @@ static int filter_headers(const upstream_response *up, gw_buf *out) {
     size_t nlen = h->v[i].name_len;
     if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
       continue;
-    if (conn) {
-      char tmp[128];
-      if (nlen < sizeof tmp) {
-        memcpy(tmp, name, nlen);
-        tmp[nlen] = 0;
-        if (gw_has_token(conn, clen, tmp))
-          continue;
-      }
-    }
+    if (conn && gw_has_token(conn, clen, name, nlen))
+      continue; /* named by Connection: hop-by-hop too */
     if (gw_buf_append(out, name, nlen) || gw_buf_append(out, ": ", 2) ||
         gw_buf_append(out, gw_header_value(h, i), h->v[i].value_len) ||
         gw_buf_append(out, "\r\n", 2))
@@ -419,13 +412,8 @@ static void forward(gw_exchange *ex) {
       had_framing = 1;
     if (policy_request_header_dropped(name, nlen))
       continue;
-    if (conn && nlen < 128) {
-      char tmp[128];
-      memcpy(tmp, name, nlen);
-      tmp[nlen] = 0;
-      if (gw_has_token(conn, clen, tmp))
-        continue;
-    }
+    if (conn && gw_has_token(conn, clen, name, nlen))
+      continue; /* named by Connection: hop-by-hop too */
     if (gw_ieq(name, nlen, "Host"))
       has_host = 1;
     err |= gw_buf_append(b, name, nlen);

@@ -196,7 +196,7 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
   return found;
 }
 
-int gw_has_token(const char *value, size_t len, const char *token) {
+int gw_has_token(const char *value, size_t len, const char *token, size_t tlen) {
   size_t i = 0;
   while (i < len) {
     while (i < len && (value[i] == ' ' || value[i] == '\t' || value[i] == ','))
@@ -207,7 +207,7 @@ int gw_has_token(const char *value, size_t len, const char *token) {
     size_t end = i;
     while (end > start && (value[end - 1] == ' ' || value[end - 1] == '\t'))
       end--;
-    if (end > start && gw_ieq(value + start, end - start, token))
+    if (end - start == tlen && tlen && strncasecmp(value + start, token, tlen) == 0)
       return 1;
   }
   return 0;

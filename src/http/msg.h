@@ -70,7 +70,8 @@ int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t le
 int gw_ieq(const char *s, size_t len, const char *lit);
 /* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */
 int gw_is_token(const char *s, size_t len);
-/* Whether a comma-separated header value holds token (case-insensitive). */
-int gw_has_token(const char *value, size_t len, const char *token);
+/* Whether a comma-separated header value holds token (tlen bytes, any
+ * length; case-insensitive). */
+int gw_has_token(const char *value, size_t len, const char *token, size_t tlen);
 
 #endif

@@ -156,9 +156,17 @@ static void test_problem(void **state) {
 static void test_tokens(void **state) {
   (void)state;
   const char *v = "keep-alive, X-Secret ,close";
-  assert_true(gw_has_token(v, strlen(v), "x-secret"));
-  assert_true(gw_has_token(v, strlen(v), "close"));
-  assert_false(gw_has_token(v, strlen(v), "X-Sec"));
+  assert_true(gw_has_token(v, strlen(v), "x-secret", 8));
+  assert_true(gw_has_token(v, strlen(v), "close", 5));
+  assert_false(gw_has_token(v, strlen(v), "X-Sec", 5));
+  assert_false(gw_has_token(v, strlen(v), "", 0));
+  /* a name of any length is compared, not only short ones */
+  char longname[300];
+  memset(longname, 'a', sizeof longname);
+  char list[320];
+  snprintf(list, sizeof list, "close, %.*s", (int)sizeof longname, longname);
+  assert_true(gw_has_token(list, strlen(list), longname, sizeof longname));
+  assert_false(gw_has_token(list, strlen(list), longname, sizeof longname - 1));
   size_t len = 0;
   int count = 0;
   gw_headers h = {0};
