@@ -9,6 +9,7 @@
 #include <http_parser.h>
 #include <openssl/evp.h>
 
+#include "core/queue.h"
 #include "http/metrics.h"
 #include "http/msg.h"
 #include "http/policy.h"
@@ -33,7 +34,7 @@ struct gw_admin {
   idem_store *store;
   uint64_t store_retry_at;
   int handles; /* listener + connections + store + ops in flight */
-  struct admin_conn *conns;
+  idem_queue conns; /* admin_conn.linked */
   int nconns;
   int stopping;
   void (*done)(void *);
@@ -49,7 +50,7 @@ typedef struct admin_conn {
   int closing;
   int keep_alive;  /* the request allows another after its answer */
   gw_admin *a;
-  struct admin_conn *next, *prev;
+  idem_queue linked; /* in a->conns */
   http_parser p;
   gw_buf url;
   size_t got;
@@ -77,12 +78,7 @@ static void conn_closed(uv_handle_t *h) {
   if (--c->handles > 0)
     return;
   a->nconns--;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    a->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  idem_queue_remove(&c->linked);
   gw_buf_free(&c->url);
   gw_buf_free(&c->out);
   free(c);
@@ -494,10 +490,7 @@ static void on_connection(uv_stream_t *l, int status) {
   c->handles = 2;
   a->handles++;
   a->nconns++;
-  c->next = a->conns;
-  if (a->conns)
-    a->conns->prev = c;
-  a->conns = c;
+  idem_queue_insert_tail(&a->conns, &c->linked);
   if (uv_accept(l, (uv_stream_t *)&c->tcp) || a->nconns > ADMIN_MAX_CONNS) {
     conn_close(c);
     return;
@@ -512,6 +505,8 @@ static void free_admin(uv_handle_t *h) { free(h->data); }
 
 gw_admin *gw_admin_start(uv_loop_t *loop, const gw_config *cfg, int fd) {
   gw_admin *a = calloc(1, sizeof *a);
+  if (a)
+    idem_queue_init(&a->conns);
   if (!a)
     return NULL;
   a->loop = loop;
@@ -544,7 +539,10 @@ void gw_admin_stop(gw_admin *a, void (*done)(void *), void *arg) {
     idem_store_close(st, store_closed, a);
   }
   uv_close((uv_handle_t *)&a->listener, listener_closed);
-  for (admin_conn *c = a->conns; c; c = c->next)
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &a->conns) { /* they leave once their handles close */
+    admin_conn *c = IDEM_QUEUE_DATA(node, admin_conn, linked);
     if (!c->busy)
       conn_close(c);
+  }
 }

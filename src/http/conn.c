@@ -28,7 +28,7 @@ struct gw_conn {
   uv_shutdown_t shutdown_req;
   uv_write_t cont_wreq;
   gw_worker *w;
-  gw_conn *next, *prev;
+  idem_queue linked; /* in w->conns */
   gw_reqparser rp;
   gw_buf in;
   size_t in_off;
@@ -61,12 +61,7 @@ static void conn_unref(gw_conn *c) {
   if (--c->refs > 0)
     return;
   gw_worker *w = c->w;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    w->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  idem_queue_remove(&c->linked);
   w->nconns--;
   gw_reqparser_free(&c->rp);
   gw_buf_free(&c->in);
@@ -605,10 +600,7 @@ void gw_conn_accept(gw_worker *w) {
   uv_timer_init(&w->loop, &c->timer);
   c->tcp.data = c->timer.data = c;
   c->refs = 2;
-  c->next = w->conns;
-  if (w->conns)
-    w->conns->prev = c;
-  w->conns = c;
+  idem_queue_insert_tail(&w->conns, &c->linked);
   w->nconns++;
   gw_metrics_connections(1);
   gw_reqparser_init(&c->rp, w->cfg);
@@ -622,9 +614,10 @@ void gw_conn_accept(gw_worker *w) {
 }
 
 void gw_conn_drain_all(gw_worker *w) {
-  gw_conn *c = w->conns;
-  while (c) {
-    gw_conn *next = c->next;
+  idem_queue *node;
+  /* closing only starts here: each leaves w->conns once its handles close */
+  IDEM_QUEUE_FOREACH(node, &w->conns) {
+    gw_conn *c = IDEM_QUEUE_DATA(node, gw_conn, linked);
     if (!c->ex && !c->rp.started && !c->lingering) {
       if (c->served) {
         conn_close(c); /* idle keep-alive: clients expect such closes */
@@ -637,7 +630,6 @@ void gw_conn_drain_all(gw_worker *w) {
         timer_set(c, T_IDLE, grace);
       }
     }
-    c = next;
   }
   if (w->nconns == 0)
     w->conn_closed(w);

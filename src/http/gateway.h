@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include "core/queue.h"
 #include "http/config.h"
 #include "http/request.h"
 #include "http/spool.h"
@@ -67,7 +68,7 @@ struct gw_worker {
   atomic_int loop_done;   /* set by the worker's thread as its loop ends */
   uv_async_t *finished;   /* the main loop's: this worker's loop is done */
   struct sockaddr_storage upstream_addr;
-  gw_conn *conns; /* every open client connection */
+  idem_queue conns; /* every open client connection (gw_conn.linked) */
   size_t nconns;
   int stopping;
   int stopped; /* the store and pool are closing or closed */

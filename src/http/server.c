@@ -286,6 +286,7 @@ static void worker_main(void *arg) {
 static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
                        const struct sockaddr_storage *up, gw_server *srv) {
   w->cfg = cfg;
+  idem_queue_init(&w->conns);
   w->handler = &gw_engine;
   w->conn_closed = on_conn_closed;
   w->spool = srv->spool;

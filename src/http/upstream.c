@@ -1,6 +1,8 @@
 /* upstream.c - keep-alive connection pool to the upstream (see upstream.h). */
 #include "http/upstream.h"
 
+#include "core/queue.h"
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@ typedef struct up_conn {
   uv_write_t wreq;
   http_parser p;
   upstream_pool *pool;
-  struct up_conn *next, *prev; /* idle list */
+  idem_queue idle_link; /* in pool->idle while idle */
   int state;
   int handles; /* open uv handles, the conn is freed at 0 */
   int reused;
@@ -47,7 +49,7 @@ struct upstream_pool {
   uv_loop_t *loop;
   const gw_config *cfg;
   struct sockaddr_storage addr;
-  up_conn *idle;
+  idem_queue idle; /* most recently used first */
   size_t nidle;
   size_t nconns;
   int closing;
@@ -66,16 +68,15 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void start_request(upstream_pool *pool, up_conn *c);
 
 static void idle_unlink(up_conn *c) {
-  upstream_pool *pool = c->pool;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    pool->idle = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  c->next = c->prev = NULL;
-  pool->nidle--;
+  idem_queue_remove(&c->idle_link);
+  c->pool->nidle--;
 }
+
+static up_conn *idle_first(const upstream_pool *pool) {
+  idem_queue *node = idem_queue_head(&pool->idle);
+  return node ? IDEM_QUEUE_DATA(node, up_conn, idle_link) : NULL;
+}
+
 
 static void finish(up_conn *c, upstream_kind kind) {
   upstream_cb cb = c->cb;
@@ -258,11 +259,7 @@ static void answered(up_conn *c, int leftover) {
     upstream_pool *pool = c->pool;
     c->state = UC_IDLE;
     c->reused = 1;
-    c->next = pool->idle;
-    c->prev = NULL;
-    if (pool->idle)
-      pool->idle->prev = c;
-    pool->idle = c;
+    idem_queue_insert_head(&pool->idle, &c->idle_link);
     pool->nidle++;
     /* a streamed answer may have paused reading: idle connections read, to
      * notice the upstream closing them */
@@ -479,6 +476,7 @@ upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
   if (!pool)
     return NULL;
   pool->loop = loop;
+  idem_queue_init(&pool->idle);
   pool->cfg = cfg;
   memcpy(&pool->addr, addr,
          addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -519,7 +517,7 @@ void upstream_abort(upstream_response *resp) {
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
                    int is_head, int retry_safe, const upstream_stream *stream,
                    upstream_response *resp, upstream_cb cb, void *arg) {
-  up_conn *c = pool->idle;
+  up_conn *c = idle_first(pool);
   if (c)
     idle_unlink(c);
   else {
@@ -553,8 +551,9 @@ void upstream_pool_close(upstream_pool *pool, void (*done)(void *), void *arg) {
   pool->closing = 1;
   pool->done = done;
   pool->done_arg = arg;
-  while (pool->idle)
-    conn_close(pool->idle);
+  up_conn *c;
+  while ((c = idle_first(pool)))
+    conn_close(c);
   if (pool->nconns == 0) {
     free(pool);
     done(arg);

@@ -22,7 +22,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
-#include "store/queue.h"
+#include "core/queue.h"
 
 typedef struct idem_req idem_req;
 

@@ -17,7 +17,7 @@
 #include "store/backoff.h"
 #include "store/lookup.h"
 #include "store/postgres.h"
-#include "store/queue.h"
+#include "core/queue.h"
 
 enum { C_DOWN, C_CONNECTING, C_SETUP, C_READY, C_CLOSED };
 

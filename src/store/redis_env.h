@@ -24,7 +24,7 @@
 #include "store/backend.h"
 #include "store/backoff.h"
 #include "store/lookup.h"
-#include "store/queue.h"
+#include "core/queue.h"
 #include "store/redis.h"
 
 typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;

@@ -1,12 +1,13 @@
 /*
- * queue.h - the one intrusive queue of the stores, after libuv's
+ * queue.h - the one intrusive queue of idem, after libuv's
  * src/queue.h: a circular doubly linked list whose node lives inside the
  * queued object, so queuing never allocates and an object leaves any
  * queue in O(1). Every list of pending work in src/store is one of these:
  * completions waiting for the loop (store.c), the LMDB writer's queues,
  * PostgreSQL's pending and solo operations and sent batches, Redis's
  * requests waiting for a connection and commands in flight; and so are the
- * process-wide registries of memory: tables and LMDB environments.
+ * process-wide registries of memory: tables and LMDB environments, and the
+ * gateway's lists of client, admin and idle upstream connections.
  *
  * A queue is a node that stands for its own head: initialise it with
  * idem_queue_init (or, static, as {&q, &q}) before use (a zeroed one is
@@ -14,8 +15,8 @@
  * do not copy it while it holds anything. Not thread-safe: whoever shares
  * one between threads holds a lock around it.
  */
-#ifndef IDEM_STORE_QUEUE_H
-#define IDEM_STORE_QUEUE_H
+#ifndef IDEM_CORE_QUEUE_H
+#define IDEM_CORE_QUEUE_H
 
 #include <stddef.h>
 
@@ -46,6 +47,13 @@ static inline void idem_queue_insert_tail(idem_queue *q, idem_queue *node) {
   node->prev = q->prev;
   node->prev->next = node;
   q->prev = node;
+}
+
+static inline void idem_queue_insert_head(idem_queue *q, idem_queue *node) {
+  node->next = q->next;
+  node->prev = q;
+  node->next->prev = node;
+  q->next = node;
 }
 
 /* Take node out of whatever queue holds it. */
