@@ -95,11 +95,11 @@ static const char *const up_kind_text[] = {
 
 static void answer_upstream_failure(gw_exchange *ex) {
   const gw_request *r = ex->req;
-  if (ex->claimed)
+  if (ex->idem.claimed)
     fprintf(stderr,
             "idem serve: upstream %s %.*s: %s; key '%s' (fence %" PRIu64 ") %s\n",
             r->method, log_len(r),
-            r->target.p, up_kind_text[ex->up.kind], ex->key, ex->fence,
+            r->target.p, up_kind_text[ex->up.kind], ex->idem.key, ex->idem.fence,
             ex->up.kind == UP_CONNECT_FAILED ? "released" : "stays locked until its lease ends");
   else
     fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method,
@@ -109,7 +109,7 @@ static void answer_upstream_failure(gw_exchange *ex) {
   case UP_TIMEOUT:
     problem(ex, GW_OUT_UPSTREAM_TIMEOUT, 504, "upstream-timeout",
             "Upstream timed out",
-            ex->claimed ? "the upstream did not answer in time; the request may "
+            ex->idem.claimed ? "the upstream did not answer in time; the request may "
                           "have run, so the key stays locked until its lease ends"
                         : "the upstream did not answer in time",
             NULL);
@@ -117,7 +117,7 @@ static void answer_upstream_failure(gw_exchange *ex) {
   case UP_CONNECT_FAILED:
     problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-unreachable",
             "Upstream unreachable",
-            ex->claimed ? "the upstream could not be reached; the request was not "
+            ex->idem.claimed ? "the upstream could not be reached; the request was not "
                           "sent and the key was released, retry"
                         : "the upstream could not be reached",
             NULL);
@@ -125,7 +125,7 @@ static void answer_upstream_failure(gw_exchange *ex) {
   case UP_BAD_RESPONSE:
     problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-bad-response",
             "Upstream answer not HTTP",
-            ex->claimed ? NOT_HTTP "; the request may have run, so the key stays "
+            ex->idem.claimed ? NOT_HTTP "; the request may have run, so the key stays "
                                    "locked until its lease ends"
                         : NOT_HTTP,
             NULL);
@@ -133,7 +133,7 @@ static void answer_upstream_failure(gw_exchange *ex) {
   default:
     problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-failed",
             "Upstream failed",
-            ex->claimed ? "the upstream connection broke before a complete answer; "
+            ex->idem.claimed ? "the upstream connection broke before a complete answer; "
                           "the request may have run, so the key stays locked "
                           "until its lease ends"
                         : "the upstream connection broke before a complete answer",
@@ -174,10 +174,10 @@ static void answer_mismatch(gw_exchange *ex) {
 /* ---- store failures ---- */
 
 static void store_failed(gw_exchange *ex, const char *op, int err) {
-  fprintf(stderr, "idem serve: store %s of key '%s' failed: %s\n", op, ex->key,
+  fprintf(stderr, "idem serve: store %s of key '%s' failed: %s\n", op, ex->idem.key,
           idem_strerror(err));
   if (ex->w->cfg->fail_open) {
-    ex->bypass = 1;
+    ex->idem.bypass = 1;
     forward(ex);
     return;
   }
@@ -204,14 +204,14 @@ static void answer_executed(gw_exchange *ex, int kept) {
 }
 
 static void answer_after_release(gw_exchange *ex) {
-  if (ex->after_release == AFTER_502_UNREACHABLE)
+  if (ex->keep.after_release == AFTER_502_UNREACHABLE)
     answer_upstream_failure(ex);
   else
     answer_upstream(ex, GW_OUT_RELEASED);
 }
 
 static void release(gw_exchange *ex, int after) {
-  ex->after_release = after;
+  ex->keep.after_release = after;
   gw_keep_release(ex, answer_after_release);
 }
 
@@ -271,13 +271,13 @@ static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
   upstream_kind seen = ex->upstream_cut && kind == UP_RESET ? UP_OK : kind;
   gw_metrics_outcome(seen != UP_OK   ? (seen == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
                                                           : GW_OUT_UPSTREAM_ERROR)
-                     : ex->claimed ? GW_OUT_EXECUTED
-                     : ex->bypass  ? GW_OUT_STORE_BYPASS
+                     : ex->idem.claimed ? GW_OUT_EXECUTED
+                     : ex->idem.bypass  ? GW_OUT_STORE_BYPASS
                                    : GW_OUT_PASSTHROUGH);
   if (seen != UP_OK)
     fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
             ex->req->method, log_len(ex->req), ex->req->target.p, up_kind_text[kind]);
-  gw_conn_stream_end(ex, kind == UP_OK && !ex->stream_failed);
+  gw_conn_stream_end(ex, kind == UP_OK && !ex->stream.failed);
 }
 
 /* ---- answers too large to keep ----
@@ -293,34 +293,34 @@ static void on_spill_kept(gw_exchange *ex, int kept) {
   if (!kept) {
     /* the client must not get an answer nobody kept: cut the upstream,
      * and answer 503 once it is gone (on_upstream) */
-    ex->spill_refused = 1;
-    if (ex->spill_ended)
+    ex->spill.refused = 1;
+    if (ex->spill.ended)
       answer_not_kept(ex);
     else
       upstream_abort(&ex->up);
     return;
   }
-  ex->spilling = 0;
+  ex->spill.on = 0;
   on_stream_head(ex, &ex->up);
   gw_conn_stream_data(ex, ex->up.body.p, ex->up.body.len);
   ex->up.body.len = 0;
-  if (ex->spill_ended)
-    stream_upstream_done(ex, ex->spill_kind);
+  if (ex->spill.ended)
+    stream_upstream_done(ex, ex->spill.kind);
   else if (gw_conn_stream_backlog(ex) <= GW_BACKLOG_HIGH)
     stream_proceed(ex); /* resume reading */
 }
 
 static void on_spill_head(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
-  ex->spilling = 1;
+  ex->spill.on = 1;
   ex->up_paused = 1;
   upstream_pause(up, 1);
   fprintf(stderr,
           "idem serve: upstream %s %.*s: answer (status %d) passed --max-response; key "
           "'%s' (fence %" PRIu64 ") completed with a 502, the answer streams to this "
           "client only\n",
-          ex->req->method, log_len(ex->req), ex->req->target.p, up->status, ex->key,
-          ex->fence);
+          ex->req->method, log_len(ex->req), ex->req->target.p, up->status, ex->idem.key,
+          ex->idem.fence);
   gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
   h->len = b->len = 0;
   if (policy_not_kept(h, b, up->status, "was larger than the gateway's --max-response")) {
@@ -333,13 +333,13 @@ static void on_spill_head(void *arg, upstream_response *up) {
 
 static void on_spill_data(void *arg, const char *data, size_t len) {
   gw_exchange *ex = arg;
-  if (!ex->spilling) {
+  if (!ex->spill.on) {
     on_stream_data(arg, data, len);
     return;
   }
   /* the rest of the read that passed the limit: at most one read buffer */
   if (gw_buf_append(&ex->up.body, data, len))
-    ex->stream_failed = 1; /* out of memory: the client will see it cut */
+    ex->stream.failed = 1; /* out of memory: the client will see it cut */
 }
 
 static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
@@ -347,14 +347,14 @@ static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
-  if (ex->spilling) { /* on_spill_kept ends it */
-    ex->spill_ended = 1;
-    ex->spill_kind = up->kind;
-    if (ex->spill_refused)
+  if (ex->spill.on) { /* on_spill_kept ends it */
+    ex->spill.ended = 1;
+    ex->spill.kind = up->kind;
+    if (ex->spill.refused)
       answer_not_kept(ex);
     return;
   }
-  if (ex->streaming) {
+  if (ex->stream.started) {
     /* an answer already on its way to the client */
     stream_upstream_done(ex, up->kind);
     return;
@@ -362,9 +362,9 @@ static void on_upstream(void *arg, upstream_response *up) {
   if (up->kind == UP_OK && filter_headers(up, &ex->stored_headers)) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
-  if (!ex->claimed) {
+  if (!ex->idem.claimed) {
     if (up->kind == UP_OK)
-      answer_upstream(ex, ex->bypass ? GW_OUT_STORE_BYPASS : GW_OUT_PASSTHROUGH);
+      answer_upstream(ex, ex->idem.bypass ? GW_OUT_STORE_BYPASS : GW_OUT_PASSTHROUGH);
     else
       answer_upstream_failure(ex);
     return;
@@ -423,9 +423,9 @@ static void forward(gw_exchange *ex) {
   }
   if (!has_host)
     err |= gw_buf_printf(b, "Host: %s\r\n", ex->w->cfg->upstream_authority);
-  if (ex->claimed) {
+  if (ex->idem.claimed) {
     err |= gw_buf_puts(b, "Idempotency-Fence: ");
-    err |= gw_buf_u64(b, ex->fence);
+    err |= gw_buf_u64(b, ex->idem.fence);
     err |= gw_buf_puts(b, "\r\n");
   }
   if (r->body.len || had_framing) {
@@ -447,8 +447,8 @@ static void forward(gw_exchange *ex) {
   /* answers that will not be stored stream through, with no size limit;
    * keyed ones are kept whole, and stream only past --max-response */
   upstream_send(ex->w->pool, ex->up_bufs, n, r->is_head,
-                !ex->claimed && method_retry_safe(r->method),
-                ex->claimed ? &spill_cbs : &stream_cbs, &ex->up, on_upstream, ex);
+                !ex->idem.claimed && method_retry_safe(r->method),
+                ex->idem.claimed ? &spill_cbs : &stream_cbs, &ex->up, on_upstream, ex);
 }
 
 /* ---- claim and wait ---- */
@@ -470,8 +470,8 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   const gw_config *cfg = ex->w->cfg;
   switch (res->outcome) {
   case IDEM_CLAIMED:
-    ex->claimed = 1;
-    ex->fence = res->fence;
+    ex->idem.claimed = 1;
+    ex->idem.fence = res->fence;
     gw_metrics_leases(1);
     forward(ex);
     return;
@@ -491,16 +491,16 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   default: {
     uint64_t now = uv_now(&ex->w->loop);
     if (cfg->wait_ms > 0) { /* also while stopping: it is in flight */
-      if (!ex->wait_deadline)
-        ex->wait_deadline = (int64_t)now + cfg->wait_ms;
-      if ((int64_t)now < ex->wait_deadline) {
-        uint64_t backoff = 5u << (ex->wait_round < 6 ? ex->wait_round : 6);
+      if (!ex->idem.wait_deadline)
+        ex->idem.wait_deadline = (int64_t)now + cfg->wait_ms;
+      if ((int64_t)now < ex->idem.wait_deadline) {
+        uint64_t backoff = 5u << (ex->idem.wait_round < 6 ? ex->idem.wait_round : 6);
         if (backoff > 250)
           backoff = 250;
-        uint64_t left = (uint64_t)(ex->wait_deadline - (int64_t)now);
+        uint64_t left = (uint64_t)(ex->idem.wait_deadline - (int64_t)now);
         if (backoff > left)
           backoff = left;
-        ex->wait_round++;
+        ex->idem.wait_round++;
         uv_timer_t *t = malloc(sizeof *t);
         if (t) {
           uv_timer_init(&ex->w->loop, t);
@@ -531,9 +531,9 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
  * the store, even once back, still holds its lease until the spool drains. */
 static int replay_spooled(gw_exchange *ex) {
   idem_record rec;
-  if (!ex->w->spool || !gw_spool_find(ex->w->spool, ex->scope, ex->key, &rec))
+  if (!ex->w->spool || !gw_spool_find(ex->w->spool, ex->idem.scope, ex->idem.key, &rec))
     return 0;
-  if (memcmp(rec.fingerprint, ex->fp, sizeof ex->fp))
+  if (memcmp(rec.fingerprint, ex->idem.fp, sizeof ex->idem.fp))
     answer_mismatch(ex);
   else
     answer_replay(ex, &rec);
@@ -552,9 +552,9 @@ static void claim(gw_exchange *ex) {
   }
   idem_op op = {0};
   op.kind = IDEM_OP_CLAIM;
-  op.scope = ex->scope;
-  op.key = ex->key;
-  memcpy(op.fingerprint, ex->fp, sizeof ex->fp);
+  op.scope = ex->idem.scope;
+  op.key = ex->idem.key;
+  memcpy(op.fingerprint, ex->idem.fp, sizeof ex->idem.fp);
   op.lease_ms = ex->w->cfg->lock_ttl_ms;
   op.ttl_ms = ex->w->cfg->ttl_ms;
   ex->op_started_ns = uv_hrtime();
@@ -571,7 +571,7 @@ static void handle(gw_exchange *ex) {
     return;
   }
   const char *why = NULL;
-  switch (policy_key(&r->headers, ex->key, &why)) {
+  switch (policy_key(&r->headers, ex->idem.key, &why)) {
   case POLICY_KEY_NONE:
     if (cfg->require_key) {
       problem(ex, GW_OUT_BAD_KEY, 400, "key-required",
@@ -589,9 +589,9 @@ static void handle(gw_exchange *ex) {
   case POLICY_KEY_OK:
     break;
   }
-  policy_scope(cfg, &r->headers, ex->scope);
+  policy_scope(cfg, &r->headers, ex->idem.scope);
   int rc = idem_fingerprint(r->method, r->target.p ? r->target.p : "",
-                            r->body.p, r->body.len, 0, ex->fp);
+                            r->body.p, r->body.len, 0, ex->idem.fp);
   if (rc) {
     problem(ex, GW_OUT_BAD_KEY, 400, "bad-request", "Bad Request",
             idem_strerror(rc), NULL);

@@ -74,12 +74,8 @@ struct gw_worker {
   int stopped; /* the store and pool are closing or closed */
 };
 
-struct gw_exchange {
-  gw_worker *w;
-  gw_conn *conn;
-  gw_request *req;
-  uint64_t started_ns;
-  /* idempotency state */
+/* The idempotency state of a keyed request (engine.c). */
+typedef struct {
   char key[IDEM_KEY_MAX + 1];
   char scope[65];
   uint8_t fp[IDEM_FINGERPRINT_LEN];
@@ -87,42 +83,63 @@ struct gw_exchange {
   int claimed;
   int64_t wait_deadline; /* uv_now() ms; 0 when not waiting */
   unsigned wait_round;
-  uint64_t op_started_ns;
-  /* the answer being kept (engine.c, "keeping the answer") */
-  int keep_status;
-  const gw_buf *keep_headers, *keep_body;
-  int keep_is_marker;
+  int bypass; /* the store failed and --on-store-error open let it by */
+} gw_idem_state;
+
+/* The answer being kept, or the key being released (keep.c). */
+typedef struct {
+  int status;
+  const gw_buf *headers, *body;
+  int is_marker;
   void (*kept)(struct gw_exchange *ex, int ok);
   void (*released)(struct gw_exchange *ex);
-  int bypass;       /* the store failed and --on-store-error open let it by */
-  int after_release; /* what to answer once the release is done */
+  int after_release; /* engine.c: what to answer once the release is done */
+} gw_keep_state;
+
+/* A streamed answer (stream.c; pass-through, or keyed past --max-response). */
+typedef struct {
+  int started;   /* its head is out */
+  int mode;      /* GW_STREAM_* */
+  int writes;    /* writes in flight */
+  size_t queued; /* bytes in flight */
+  int ended;
+  int failed;
+} gw_stream_state;
+
+/* A keyed answer past --max-response (engine.c, "answers too large to
+ * keep"): its marker is being kept, the answer waits in up.body. */
+typedef struct {
+  int on;
+  int ended;          /* the upstream finished meanwhile, with: */
+  upstream_kind kind;
+  int refused;        /* nothing kept its marker: 503 once the upstream is gone */
+} gw_spill_state;
+
+/* An exchange: one request and everything needed to answer it, by concern. */
+struct gw_exchange {
+  gw_worker *w;
+  gw_conn *conn;
+  gw_request *req;
+  uint64_t started_ns;
+  uint64_t op_started_ns; /* the store operation in flight, for its histogram */
+  gw_idem_state idem;
+  gw_keep_state keep;
   /* the upstream request and answer */
   gw_buf up_head;
   uv_buf_t up_bufs[2];
   upstream_response up;
   gw_buf stored_headers; /* replayable headers of up, "Name: value\r\n" */
-  /* the answer to the client */
+  int up_paused;         /* the upstream is paused for backpressure */
+  int upstream_cut;      /* the client left a streamed answer: upstream dropped */
+  /* the answer to the client (conn.c) */
   gw_buf out_hdrs; /* headers of the gateway's own answers */
   gw_buf out_head;
   gw_buf out_body;
   uv_buf_t out_bufs[2];
   uv_write_t wreq;
   int close_after;
-  /* a streamed answer (pass-through): see gw_conn_stream_* */
-  int streaming;       /* its head is out */
-  int stream_mode;     /* GW_STREAM_* */
-  int stream_writes;   /* writes in flight */
-  size_t stream_queued; /* bytes in flight */
-  int stream_ended;
-  int stream_failed;
-  int up_paused;       /* the upstream is paused for backpressure */
-  int upstream_cut;    /* the client left a streamed answer: upstream dropped */
-  /* a keyed answer past --max-response (engine.c, "answers too large to
-   * keep"): its marker is being stored, the answer waits in up.body */
-  int spilling;
-  int spill_ended;        /* the upstream finished meanwhile, with: */
-  upstream_kind spill_kind;
-  int spill_refused;      /* nothing kept its marker: 503 once the upstream is gone */
+  gw_stream_state stream;
+  gw_spill_state spill;
 };
 
 /* ---- conn.c ---- */

@@ -6,7 +6,7 @@
  * small marker in its place (a 502 saying so: retries replay it and never
  * run the request again); when the store fails, in the spool (spool.h),
  * which the engine replays from and which drains into the store once it
- * answers. ex->kept then hears whether anything kept it; when nothing
+ * answers. ex->keep.kept then hears whether anything kept it; when nothing
  * could, the engine answers 503 and the lease holds until it ends, as
  * after a 504. A release goes the same way, minus the marker: a release the
  * store failed is spooled so the key runs again as soon as it drains, and
@@ -30,9 +30,9 @@ static void keep_submit(gw_exchange *ex);
  * once with its error. */
 static void submit_claimed(gw_exchange *ex, idem_op *op, idem_cb done) {
   idem_store *st = ex->w->store;
-  op->scope = ex->scope;
-  op->key = ex->key;
-  op->fence = ex->fence;
+  op->scope = ex->idem.scope;
+  op->key = ex->idem.key;
+  op->fence = ex->idem.fence;
   ex->op_started_ns = uv_hrtime();
   int rc = st ? idem_store_submit(st, op, done, ex) : IDEM_ESTORE;
   if (rc) {
@@ -46,20 +46,20 @@ static void submit_claimed(gw_exchange *ex, idem_op *op, idem_cb done) {
 static idem_op claimed_op(const gw_exchange *ex, idem_op_kind kind) {
   idem_op op = {0};
   op.kind = kind;
-  op.scope = ex->scope;
-  op.key = ex->key;
-  op.fence = ex->fence;
+  op.scope = ex->idem.scope;
+  op.key = ex->idem.key;
+  op.fence = ex->idem.fence;
   op.ttl_ms = ex->w->cfg->ttl_ms;
   return op;
 }
 
 static idem_op keep_op(gw_exchange *ex) {
   idem_op op = claimed_op(ex, IDEM_OP_COMPLETE);
-  op.response.status = ex->keep_status;
-  op.response.headers = ex->keep_headers->p ? ex->keep_headers->p : "";
-  op.response.headers_len = ex->keep_headers->len;
-  op.response.body = ex->keep_body->p ? ex->keep_body->p : "";
-  op.response.body_len = ex->keep_body->len;
+  op.response.status = ex->keep.status;
+  op.response.headers = ex->keep.headers->p ? ex->keep.headers->p : "";
+  op.response.headers_len = ex->keep.headers->len;
+  op.response.body = ex->keep.body->p ? ex->keep.body->p : "";
+  op.response.body_len = ex->keep.body->len;
   return op;
 }
 
@@ -68,18 +68,18 @@ static void on_spooled(void *arg, int err) {
   gw_metrics_leases(-1);
   if (!err)
     fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64
-                    ") waits in the spool for the store\n", ex->key, ex->fence);
+                    ") waits in the spool for the store\n", ex->idem.key, ex->idem.fence);
   else
     fprintf(stderr, "idem serve: keeping the answer of key '%s' (fence %" PRIu64
                     ") failed in the store and in the spool (%s); 503, the key stays locked "
-                    "until its lease ends\n", ex->key, ex->fence, idem_strerror(err));
-  ex->kept(ex, !err);
+                    "until its lease ends\n", ex->idem.key, ex->idem.fence, idem_strerror(err));
+  ex->keep.kept(ex, !err);
 }
 
 static void spool_answer(gw_exchange *ex) {
   idem_op op = keep_op(ex);
   gw_spool *sp = ex->w->spool;
-  int rc = sp ? gw_spool_put(sp, &ex->w->loop, &op, ex->fp, on_spooled, ex) : IDEM_ESTORE;
+  int rc = sp ? gw_spool_put(sp, &ex->w->loop, &op, ex->idem.fp, on_spooled, ex) : IDEM_ESTORE;
   if (rc)
     on_spooled(ex, rc);
 }
@@ -88,15 +88,15 @@ static void spool_answer(gw_exchange *ex) {
 static int keep_marker(gw_exchange *ex) {
   gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
   h->len = b->len = 0;
-  if (policy_not_kept(h, b, ex->keep_status, "did not fit in the store, which is full"))
+  if (policy_not_kept(h, b, ex->keep.status, "did not fit in the store, which is full"))
     return -1;
   fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64 ", status %d) did "
                   "not fit in the store; a 502 marker is kept in its place\n",
-          ex->key, ex->fence, ex->keep_status);
-  ex->keep_status = 502;
-  ex->keep_headers = h;
-  ex->keep_body = b;
-  ex->keep_is_marker = 1;
+          ex->idem.key, ex->idem.fence, ex->keep.status);
+  ex->keep.status = 502;
+  ex->keep.headers = h;
+  ex->keep.body = b;
+  ex->keep.is_marker = 1;
   keep_submit(ex);
   return 0;
 }
@@ -107,18 +107,18 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   gw_metrics_observe(GW_HIST_COMPLETE, since_us(ex->op_started_ns));
   if (!res->err) {
     gw_metrics_leases(-1);
-    ex->kept(ex, 1);
+    ex->keep.kept(ex, 1);
     return;
   }
   gw_metrics_complete_failed();
   fprintf(stderr, "idem serve: storing the answer of key '%s' (fence %" PRIu64 ") failed: %s\n",
-          ex->key, ex->fence, idem_strerror(res->err));
+          ex->idem.key, ex->idem.fence, idem_strerror(res->err));
   if (res->err == IDEM_ESTALE) { /* the lease was taken over: the other answer is kept */
     gw_metrics_leases(-1);
-    ex->kept(ex, 1);
+    ex->keep.kept(ex, 1);
     return;
   }
-  if (res->err == IDEM_EFULL && !ex->keep_is_marker && !keep_marker(ex))
+  if (res->err == IDEM_EFULL && !ex->keep.is_marker && !keep_marker(ex))
     return;
   spool_answer(ex);
 }
@@ -130,11 +130,11 @@ static void keep_submit(gw_exchange *ex) {
 
 void gw_keep(gw_exchange *ex, int status, const gw_buf *headers, const gw_buf *body,
              int is_marker, void (*kept)(gw_exchange *ex, int ok)) {
-  ex->keep_status = status;
-  ex->keep_headers = headers;
-  ex->keep_body = body;
-  ex->keep_is_marker = is_marker;
-  ex->kept = kept;
+  ex->keep.status = status;
+  ex->keep.headers = headers;
+  ex->keep.body = body;
+  ex->keep.is_marker = is_marker;
+  ex->keep.kept = kept;
   keep_submit(ex);
 }
 
@@ -146,9 +146,9 @@ void gw_keep(gw_exchange *ex, int status, const gw_buf *headers, const gw_buf *b
 static void on_release_spooled(void *arg, int err) {
   gw_exchange *ex = arg;
   if (err)
-    fprintf(stderr, "idem serve: spooling the release of key '%s' failed too: %s\n", ex->key,
+    fprintf(stderr, "idem serve: spooling the release of key '%s' failed too: %s\n", ex->idem.key,
             idem_strerror(err));
-  ex->released(ex);
+  ex->keep.released(ex);
 }
 
 static void on_release(idem_store *st, const idem_result *res, void *arg) {
@@ -158,11 +158,11 @@ static void on_release(idem_store *st, const idem_result *res, void *arg) {
   gw_metrics_leases(-1);
   if (res->err) {
     gw_metrics_release_failed();
-    fprintf(stderr, "idem serve: releasing key '%s' (fence %" PRIu64 ") failed: %s\n", ex->key,
-            ex->fence, idem_strerror(res->err));
+    fprintf(stderr, "idem serve: releasing key '%s' (fence %" PRIu64 ") failed: %s\n", ex->idem.key,
+            ex->idem.fence, idem_strerror(res->err));
   }
   if (!res->err || res->err == IDEM_ESTALE || !ex->w->spool) {
-    ex->released(ex);
+    ex->keep.released(ex);
     return;
   }
   idem_op op = claimed_op(ex, IDEM_OP_RELEASE);
@@ -173,7 +173,7 @@ static void on_release(idem_store *st, const idem_result *res, void *arg) {
 void gw_keep_release(gw_exchange *ex, void (*released)(gw_exchange *ex)) {
   idem_op op = {0};
   op.kind = IDEM_OP_RELEASE;
-  ex->released = released;
+  ex->keep.released = released;
   submit_claimed(ex, &op, on_release);
 }
 

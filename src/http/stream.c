@@ -22,27 +22,27 @@ typedef struct {
   char data[];
 } stream_write;
 
-static void stream_finish(gw_exchange *ex) { gw_conn_finish(ex, ex->stream_failed); }
+static void stream_finish(gw_exchange *ex) { gw_conn_finish(ex, ex->stream.failed); }
 
 static void stream_write_cb(uv_write_t *req, int status) {
   stream_write *sw = (stream_write *)req;
   gw_exchange *ex = sw->ex;
-  ex->stream_writes--;
-  ex->stream_queued -= sw->len;
+  ex->stream.writes--;
+  ex->stream.queued -= sw->len;
   free(sw);
   if (status < 0) {
-    ex->stream_failed = 1;
+    ex->stream.failed = 1;
     ex->w->handler->stop(ex);
   }
-  if (ex->up_paused && ex->stream_queued < STREAM_LOW && !ex->stream_ended)
+  if (ex->up_paused && ex->stream.queued < STREAM_LOW && !ex->stream.ended)
     ex->w->handler->proceed(ex);
-  if (ex->stream_ended && ex->stream_writes == 0)
+  if (ex->stream.ended && ex->stream.writes == 0)
     stream_finish(ex);
 }
 
 /* Write parts as one block (copied: the caller's bytes are gone after). */
 static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
-  if (gw_conn_gone(ex) || ex->stream_failed) {
+  if (gw_conn_gone(ex) || ex->stream.failed) {
     ex->w->handler->stop(ex); /* no one to send the rest to */
     return;
   }
@@ -51,7 +51,7 @@ static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
     len += parts[i].len;
   stream_write *sw = malloc(sizeof *sw + len);
   if (!sw) {
-    ex->stream_failed = 1;
+    ex->stream.failed = 1;
     return;
   }
   size_t off = 0;
@@ -64,21 +64,21 @@ static void stream_write_parts(gw_exchange *ex, const uv_buf_t *parts, int n) {
   uv_buf_t b = uv_buf_init(sw->data, (unsigned)len);
   if (gw_conn_write(ex, &sw->req, &b, 1, stream_write_cb)) {
     free(sw);
-    ex->stream_failed = 1;
+    ex->stream.failed = 1;
     return;
   }
-  ex->stream_writes++;
-  ex->stream_queued += len;
+  ex->stream.writes++;
+  ex->stream.queued += len;
 }
 
 void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
                           size_t headers_len, int mode) {
-  ex->streaming = 1;
-  ex->stream_mode = mode;
+  ex->stream.started = 1;
+  ex->stream.mode = mode;
   gw_buf *h = &ex->out_head;
   if (gw_conn_head(ex, status, headers, headers_len, mode == GW_STREAM_CHUNKED,
                    mode == GW_STREAM_CLOSE)) {
-    ex->stream_failed = 1;
+    ex->stream.failed = 1;
     return;
   }
   uv_buf_t b = uv_buf_init(h->p, (unsigned)h->len);
@@ -86,9 +86,9 @@ void gw_conn_stream_begin(gw_exchange *ex, int status, const char *headers,
 }
 
 void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len) {
-  if (!len || !ex->streaming || ex->req->is_head)
+  if (!len || !ex->stream.started || ex->req->is_head)
     return;
-  if (ex->stream_mode == GW_STREAM_CHUNKED) {
+  if (ex->stream.mode == GW_STREAM_CHUNKED) {
     char size[24];
     int n = snprintf(size, sizeof size, "%zx\r\n", len);
     uv_buf_t parts[3] = {uv_buf_init(size, (unsigned)n),
@@ -102,21 +102,21 @@ void gw_conn_stream_data(gw_exchange *ex, const char *data, size_t len) {
 }
 
 /* How many bytes of a streamed answer wait in the socket's queue. */
-size_t gw_conn_stream_backlog(const gw_exchange *ex) { return ex->stream_queued; }
+size_t gw_conn_stream_backlog(const gw_exchange *ex) { return ex->stream.queued; }
 
 void gw_conn_stream_end(gw_exchange *ex, int ok) {
-  if (ok && ex->stream_mode == GW_STREAM_CHUNKED && !ex->req->is_head) {
+  if (ok && ex->stream.mode == GW_STREAM_CHUNKED && !ex->req->is_head) {
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
     stream_write_parts(ex, &b, 1);
   }
-  ex->stream_ended = 1;
+  ex->stream.ended = 1;
   if (!ok) {
     /* the answer broke midway: the client must see it cut, not complete */
-    ex->stream_failed = 1;
+    ex->stream.failed = 1;
     ex->close_after = 1;
     gw_conn_cut(ex);
   }
-  if (ex->stream_writes == 0)
+  if (ex->stream.writes == 0)
     stream_finish(ex);
 }
 
