@@ -88,57 +88,48 @@ static const char *const up_kind_text[] = {
     [UP_BAD_RESPONSE] = "answer was not valid HTTP",
 };
 
-/* What upstream.c refuses as UP_BAD_RESPONSE, besides broken framing. */
-#define NOT_HTTP                                                                     \
-  "the upstream's answer was not valid HTTP (a malformed status line or head, a "  \
-  "status outside 100-599, or a 1xx other than 100 and 103 as its answer)"
+#define MAY_HAVE_RUN "; the request may have run, so the key stays locked until its lease ends"
+
+/* What each upstream failure answers; the tail is added when a key was
+ * claimed, and says what became of it. */
+static const struct {
+  gw_outcome outcome;
+  int status;
+  const char *slug, *title, *detail, *claimed_tail;
+} up_failure[] = {
+    [UP_TIMEOUT] = {GW_OUT_UPSTREAM_TIMEOUT, 504, "upstream-timeout", "Upstream timed out",
+                    "the upstream did not answer in time", MAY_HAVE_RUN},
+    [UP_CONNECT_FAILED] = {GW_OUT_UPSTREAM_ERROR, 502, "upstream-unreachable",
+                           "Upstream unreachable", "the upstream could not be reached",
+                           "; the request was not sent and the key was released, retry"},
+    [UP_RESET] = {GW_OUT_UPSTREAM_ERROR, 502, "upstream-failed", "Upstream failed",
+                  "the upstream connection broke before a complete answer", MAY_HAVE_RUN},
+    /* what upstream.c refuses as UP_BAD_RESPONSE, besides broken framing */
+    [UP_BAD_RESPONSE] = {GW_OUT_UPSTREAM_ERROR, 502, "upstream-bad-response",
+                         "Upstream answer not HTTP",
+                         "the upstream's answer was not valid HTTP (a malformed status line or "
+                         "head, a status outside 100-599, or a 1xx other than 100 and 103 as "
+                         "its answer)",
+                         MAY_HAVE_RUN},
+};
 
 static void answer_upstream_failure(gw_exchange *ex) {
   const gw_request *r = ex->req;
+  upstream_kind kind = ex->up.kind == UP_OK ? UP_RESET : ex->up.kind;
   if (ex->idem.claimed)
     fprintf(stderr,
             "idem serve: upstream %s %.*s: %s; key '%s' (fence %" PRIu64 ") %s\n",
-            r->method, log_len(r),
-            r->target.p, up_kind_text[ex->up.kind], ex->idem.key, ex->idem.fence,
-            ex->up.kind == UP_CONNECT_FAILED ? "released" : "stays locked until its lease ends");
+            r->method, log_len(r), r->target.p, up_kind_text[kind], ex->idem.key,
+            ex->idem.fence,
+            kind == UP_CONNECT_FAILED ? "released" : "stays locked until its lease ends");
   else
-    fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method,
-            log_len(r), r->target.p,
-            up_kind_text[ex->up.kind]);
-  switch (ex->up.kind) {
-  case UP_TIMEOUT:
-    problem(ex, GW_OUT_UPSTREAM_TIMEOUT, 504, "upstream-timeout",
-            "Upstream timed out",
-            ex->idem.claimed ? "the upstream did not answer in time; the request may "
-                          "have run, so the key stays locked until its lease ends"
-                        : "the upstream did not answer in time",
-            NULL);
-    break;
-  case UP_CONNECT_FAILED:
-    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-unreachable",
-            "Upstream unreachable",
-            ex->idem.claimed ? "the upstream could not be reached; the request was not "
-                          "sent and the key was released, retry"
-                        : "the upstream could not be reached",
-            NULL);
-    break;
-  case UP_BAD_RESPONSE:
-    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-bad-response",
-            "Upstream answer not HTTP",
-            ex->idem.claimed ? NOT_HTTP "; the request may have run, so the key stays "
-                                   "locked until its lease ends"
-                        : NOT_HTTP,
-            NULL);
-    break;
-  default:
-    problem(ex, GW_OUT_UPSTREAM_ERROR, 502, "upstream-failed",
-            "Upstream failed",
-            ex->idem.claimed ? "the upstream connection broke before a complete answer; "
-                          "the request may have run, so the key stays locked "
-                          "until its lease ends"
-                        : "the upstream connection broke before a complete answer",
-            NULL);
-  }
+    fprintf(stderr, "idem serve: upstream %s %.*s: %s\n", r->method, log_len(r), r->target.p,
+            up_kind_text[kind]);
+  char detail[400];
+  snprintf(detail, sizeof detail, "%s%s", up_failure[kind].detail,
+           ex->idem.claimed ? up_failure[kind].claimed_tail : "");
+  problem(ex, up_failure[kind].outcome, up_failure[kind].status, up_failure[kind].slug,
+          up_failure[kind].title, detail, NULL);
 }
 
 static void answer_replay(gw_exchange *ex, const idem_record *rec) {
