@@ -35,6 +35,9 @@ class _HandlerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     request_queue_size = 512
 
+    def handle_error(self, request, client_address):
+        pass  # a consumer killed mid-request resets its connections: expected here
+
 
 class _H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
