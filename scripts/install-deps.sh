@@ -19,8 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   $sudo apt-get update -qq
   # policy-rc.d keeps the packaged services (nginx, redis, postgresql,
-  # rabbitmq, nats) 
-  # starting: tests start their own servers on free ports.
+  # rabbitmq, nats) from starting: tests start their own servers on free
+  # ports.
   $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
   $sudo rm -f /usr/sbin/policy-rc.d
