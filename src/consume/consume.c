@@ -52,6 +52,7 @@ typedef struct cs_job {
   const gw_buf *keep_h, *keep_b;
   uv_timer_t timer;
   int timer_on;
+  int parked; /* busy behind a job of this consumer with the same key */
   void (*on_timer)(struct cs_job *j);
   struct cs_job *next, *prev;
 } cs_job;
@@ -108,6 +109,8 @@ static void give_credit(cs_flow *f) {
   f->broker->vt->credit(f->broker, f->stopping || f->inflight >= c ? 0 : c - f->inflight);
 }
 
+static void claim(cs_job *j);
+
 static void job_end(cs_job *j) {
   cs_flow *f = j->f;
   if (j->prev)
@@ -116,6 +119,13 @@ static void job_end(cs_job *j) {
     f->jobs = j->next;
   if (j->next)
     j->next->prev = j->prev;
+  /* duplicates waiting for this one claim again now: they replay */
+  for (cs_job *p = f->jobs; p; p = p->next)
+    if (p->parked && !strcmp(p->key, j->key)) {
+      p->parked = 0;
+      uv_timer_stop(&p->timer);
+      claim(p);
+    }
   gw_buf_free(&j->head);
   gw_buf_free(&j->kept_hdrs);
   gw_buf_free(&j->marker_hdrs);
@@ -144,7 +154,8 @@ static void settle_ack(cs_job *j, cs_outcome o) {
 }
 
 static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o) {
-  cs_metrics_outcome(o);
+  if (o != CS_OUT_BUSY)
+    cs_metrics_outcome(o);
   j->f->broker->vt->later(j->f->broker, j->m, delay_ms, on_settled, j);
 }
 
@@ -198,7 +209,6 @@ static void note_store(cs_flow *f, int err) {
   f->store_down = err != 0;
 }
 
-static void claim(cs_job *j);
 static void call_handler(cs_job *j);
 
 /* ---- failing for good: the record is marked failed, the message dead ---- */
@@ -402,6 +412,14 @@ static void store_failed(cs_job *j, int err) {
   hold(j, wait, claim); /* held here, not redelivered: outages cost no delivery */
 }
 
+/* Whether another message in flight here has j's key. */
+static int held_here(const cs_job *j) {
+  for (const cs_job *o = j->f->jobs; o; o = o->next)
+    if (o != j && !o->parked && !strcmp(o->key, j->key))
+      return 1;
+  return 0;
+}
+
 static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   cs_job *j = arg;
   cs_flow *f = j->f;
@@ -430,6 +448,14 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     settle_ack(j, CS_OUT_REPLAYED);
     return;
   case IDEM_BUSY:
+    cs_metrics_outcome(CS_OUT_BUSY);
+    if (held_here(j)) {
+      /* a duplicate of a message this consumer runs: wait for it here (it
+       * replays as soon as that one ends), at most the lease's time left */
+      j->parked = 1;
+      hold(j, res->retry_after_ms > 0 ? res->retry_after_ms : 1, claim);
+      return;
+    }
     settle_later(j, res->retry_after_ms > 0 ? res->retry_after_ms : f->cfg->retry_delay_ms,
                  CS_OUT_BUSY);
     return;
@@ -548,7 +574,9 @@ static void on_signal(uv_signal_t *s, int signum) {
   for (cs_job *j = f->jobs; j; j = j->next)
     if (j->timer_on && j->on_timer == claim && uv_is_active((uv_handle_t *)&j->timer)) {
       uv_timer_stop(&j->timer);
-      settle_later(j, f->cfg->retry_delay_ms, CS_OUT_STORE_ERROR);
+      cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
+      j->parked = 0;
+      settle_later(j, f->cfg->retry_delay_ms, o);
     }
   f->broker->vt->close(f->broker, on_broker_closed, f);
 }

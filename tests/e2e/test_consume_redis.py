@@ -188,6 +188,18 @@ class Outcomes(ConsumeCase):
         self.wait_settled()
         self.assertEqual(self.h.successes("k1"), 1)
 
+    def test_duplicate_in_flight_here_replays_when_the_first_ends(self):
+        # one consumer, both copies in one read: the second waits for the
+        # first here, not for the lease (60 s) to end
+        self.h.delay = {"k1": 0.5}
+        c = self.consumer("--lock-ttl", "60s", "--handler-timeout", "10s", admin=True)
+        self.publish([{"message_id": "k1", "body": "x"}, {"message_id": "k1", "body": "x"}])
+        self.wait_settled(30)
+        self.assertEqual(len(self.h.attempts("k1")), 1)
+        m = c.admin_get("/metrics")[1]
+        self.assertIn('idem_messages_total{outcome="replayed"} 1', m)
+        self.assertIn('idem_messages_total{outcome="busy"} 1', m)
+
     def test_busy_duplicate_waits_then_replays(self):
         self.h.delay = {"k1": 1.0}
         self.consumer()
