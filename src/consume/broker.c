@@ -12,10 +12,11 @@ static const struct {
   int (*check)(const char *uri, char *err, size_t len);
 } brokers[] = {
     {"redis://", &cs_broker_redis, cs_redis_check},
+    {"nats://", &cs_broker_nats, cs_nats_check},
 };
 
 /* Schemes the issue names that this build does not speak yet. */
-static const char *const not_yet[] = {"amqp://", "nats://"};
+static const char *const not_yet[] = {"amqp://"};
 
 int cs_broker_check(const char *uri, char *err, size_t len) {
   for (size_t i = 0; i < sizeof brokers / sizeof brokers[0]; i++)
@@ -26,7 +27,8 @@ int cs_broker_check(const char *uri, char *err, size_t len) {
       return snprintf(err, len, "%.*s brokers are not supported by this build yet; use "
                       "redis://HOST:PORT?stream=NAME&group=NAME",
                       (int)strlen(not_yet[i]) - 3, not_yet[i]), -1;
-  snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME");
+  snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME or "
+                     "nats://HOST:PORT?stream=NAME&consumer=NAME");
   return -1;
 }
 

@@ -84,5 +84,7 @@ int cs_broker_check(const char *uri, char *err, size_t errlen);
 
 extern const cs_broker_vt cs_broker_redis;
 int cs_redis_check(const char *uri, char *err, size_t errlen);
+extern const cs_broker_vt cs_broker_nats;
+int cs_nats_check(const char *uri, char *err, size_t errlen);
 
 #endif
