@@ -65,6 +65,7 @@ struct nbroker {
   unsigned free_slots;
   nmsg *inq, *inq_tail;  /* fetched, for the loop */
   int stop, thread_done;
+  int nc_closed; /* the connection's last callback ran */
   atomic_int up, up_seen;
   /* the fetch thread's */
   uv_thread_t thread;
@@ -163,10 +164,31 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
 
 /* ---- the fetch thread ---- */
 
+/* libnats calls back from a thread of its own, after a close too: the
+ * closed callback is the last one, so a connection is destroyed (and the
+ * broker may go) only once it has run. */
+static void on_closed(natsConnection *nc, void *arg) {
+  nbroker *b = arg;
+  (void)nc;
+  uv_mutex_lock(&b->mu);
+  b->nc_closed = 1;
+  uv_cond_broadcast(&b->cv);
+  uv_mutex_unlock(&b->mu);
+}
+
 static void fetch_teardown(nbroker *b) {
   natsSubscription_Destroy(b->sub);
   jsCtx_Destroy(b->js);
-  natsConnection_Destroy(b->nc);
+  if (b->nc) {
+    natsConnection_Close(b->nc);
+    uv_mutex_lock(&b->mu);
+    uint64_t deadline = uv_hrtime() + 5000000000ULL;
+    while (!b->nc_closed && uv_hrtime() < deadline)
+      uv_cond_timedwait(&b->cv, &b->mu, 100 * 1000000ULL);
+    b->nc_closed = 0;
+    uv_mutex_unlock(&b->mu);
+    natsConnection_Destroy(b->nc);
+  }
   b->sub = NULL;
   b->js = NULL;
   b->nc = NULL;
@@ -250,6 +272,7 @@ static natsStatus fetch_setup(nbroker *b) {
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 100);
   if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b);
   if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_reconnected, b);
+  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, b);
   if (s == NATS_OK) s = natsConnection_Connect(&b->nc, opts);
   natsOptions_Destroy(opts);
   if (s == NATS_OK) s = natsConnection_JetStream(&b->js, b->nc, NULL);
