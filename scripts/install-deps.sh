@@ -7,6 +7,7 @@ packages=(
   libuv1-dev libhttp-parser-dev liblmdb-dev lmdb-utils libhiredis-dev libpq-dev libssl-dev
   libcmocka-dev python3 curl
   redis-server postgresql nginx-light wrk procps
+  rabbitmq-server nats-server librabbitmq-dev libnats-dev
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -17,8 +18,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "install-deps: installing ${missing[*]}"
   $sudo apt-get update -qq
-  # policy-rc.d keeps the packaged services (nginx, redis, postgresql) from
-  # starting: tests start their own servers on free ports.
+  # policy-rc.d keeps the packaged services (nginx, redis, postgresql,
+  # rabbitmq, nats) from starting: tests start their own servers on free
+  # ports.
   $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
   $sudo rm -f /usr/sbin/policy-rc.d

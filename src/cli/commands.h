@@ -6,6 +6,7 @@
 #include "core/settings.h"
 
 int cmd_serve(int argc, char **argv);   /* serve.c: the HTTP gateway */
+int cmd_consume(int argc, char **argv); /* consume.c: a broker consumer */
 int cmd_keys(int argc, char **argv);    /* keys.c: get, delete, list records */
 int cmd_gc(int argc, char **argv);      /* gc.c: one retention pass */
 int cmd_migrate(int argc, char **argv); /* migrate.c: create/upgrade a schema */

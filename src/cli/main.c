@@ -15,6 +15,7 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  serve     HTTP reverse-proxy gateway with Idempotency-Key semantics\n"
+    "  consume   broker consumer: a message's effect once, then ack\n"
     "  keys      inspect records: get, delete, list\n"
     "  gc        delete expired records (one pass)\n"
     "  migrate   create or upgrade a store's schema (PostgreSQL)\n"
@@ -27,6 +28,7 @@ static const struct {
   int (*run)(int argc, char **argv);
 } commands[] = {
     {"serve", cmd_serve},
+    {"consume", cmd_consume},
     {"keys", cmd_keys},
     {"gc", cmd_gc},
     {"migrate", cmd_migrate},

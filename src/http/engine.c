@@ -35,29 +35,6 @@ static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
 
 /* ---- answers ---- */
 
-/* Replayable headers of an upstream answer: everything but hop-by-hop
- * headers, those named in its Connection header, and framing. */
-static int filter_headers(const upstream_response *up, gw_buf *out) {
-  size_t clen = 0;
-  const char *conn = gw_headers_get(&up->headers, "Connection", &clen, NULL);
-  const gw_headers *h = &up->headers;
-  out->len = 0;
-  for (size_t i = 0; i < h->n; i++) {
-    const char *name = gw_header_name(h, i);
-    size_t nlen = h->v[i].name_len;
-    if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
-      continue;
-    if (conn && gw_has_token(conn, clen, name, nlen))
-      continue; /* named by Connection: hop-by-hop too */
-    if (gw_buf_append(out, name, nlen) || gw_buf_append(out, ": ", 2) ||
-        gw_buf_append(out, gw_header_value(h, i), h->v[i].value_len) ||
-        gw_buf_append(out, "\r\n", 2))
-      return -1;
-  }
-  /* an empty block still needs a valid pointer */
-  return gw_buf_reserve(out, 1);
-}
-
 static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
   gw_metrics_outcome(outcome);
   upstream_response *up = &ex->up;
@@ -214,7 +191,7 @@ static void on_stream_head(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   gw_request *r = ex->req;
   gw_buf *h = &ex->stored_headers;
-  filter_headers(up, h); /* out of memory: fewer headers, still an answer */
+  policy_replayable_headers(&up->headers, h); /* out of memory: fewer headers, still an answer */
   int status = up->status;
   int mode = GW_STREAM_RAW;
   size_t len = 0;
@@ -350,7 +327,7 @@ static void on_upstream(void *arg, upstream_response *up) {
     stream_upstream_done(ex, up->kind);
     return;
   }
-  if (up->kind == UP_OK && filter_headers(up, &ex->stored_headers)) {
+  if (up->kind == UP_OK && policy_replayable_headers(&up->headers, &ex->stored_headers)) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
   if (!ex->idem.claimed) {

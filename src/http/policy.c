@@ -189,3 +189,23 @@ int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
     return -1;
   return 0;
 }
+
+int policy_replayable_headers(const gw_headers *h, gw_buf *out) {
+  size_t clen = 0;
+  const char *conn = gw_headers_get(h, "Connection", &clen, NULL);
+  out->len = 0;
+  for (size_t i = 0; i < h->n; i++) {
+    const char *name = gw_header_name(h, i);
+    size_t nlen = h->v[i].name_len;
+    if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
+      continue;
+    if (conn && gw_has_token(conn, clen, name, nlen))
+      continue; /* named by Connection: hop-by-hop too */
+    if (gw_buf_append(out, name, nlen) || gw_buf_append(out, ": ", 2) ||
+        gw_buf_append(out, gw_header_value(h, i), h->v[i].value_len) ||
+        gw_buf_append(out, "\r\n", 2))
+      return -1;
+  }
+  /* an empty block still needs a valid pointer */
+  return gw_buf_reserve(out, 1);
+}

@@ -45,6 +45,11 @@ int policy_hop_header(const char *name, size_t len);
  * sets it). */
 int policy_request_header_dropped(const char *name, size_t len);
 
+/* The replayable headers of an answer, as "Name: value\r\n" lines into out
+ * (emptied first): all but hop-by-hop ones, those its Connection header
+ * names, and framing. 0, or -1 out of memory. */
+int policy_replayable_headers(const gw_headers *h, gw_buf *out);
+
 /* Reason phrase for a status ("Conflict"); "Unknown" when unknown. */
 const char *policy_reason(int status);
 

@@ -47,7 +47,7 @@ typedef struct up_conn {
 
 struct upstream_pool {
   uv_loop_t *loop;
-  const gw_config *cfg;
+  upstream_options opts;
   struct sockaddr_storage addr;
   idem_queue idle; /* most recently used first */
   size_t nidle;
@@ -210,7 +210,7 @@ static int r_headers_complete(http_parser *p) {
     return c->is_head ? 1 : 0;
   }
   if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
-    if (p->content_length > c->pool->cfg->max_response) {
+    if (p->content_length > c->pool->opts.max_response) {
       start_streaming(c);
       return 0;
     }
@@ -225,7 +225,7 @@ static int r_body(http_parser *p, const char *at, size_t len) {
     c->stream->on_data(c->arg, at, len);
     return 0;
   }
-  if (c->resp->body.len + len > c->pool->cfg->max_response) {
+  if (c->resp->body.len + len > c->pool->opts.max_response) {
     start_streaming(c);
     c->stream->on_data(c->arg, at, len);
     return 0;
@@ -463,7 +463,7 @@ static void start_request(upstream_pool *pool, up_conn *c) {
   uv_tcp_init(pool->loop, &c->tcp);
   uv_timer_init(pool->loop, &c->timer);
   c->tcp.data = c->timer.data = c->creq.data = c;
-  uv_timer_start(&c->timer, on_timer, (uint64_t)pool->cfg->upstream_timeout_ms, 0);
+  uv_timer_start(&c->timer, on_timer, (uint64_t)pool->opts.timeout_ms, 0);
   int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&pool->addr,
                           connect_cb);
   if (rc < 0)
@@ -472,12 +472,19 @@ static void start_request(upstream_pool *pool, up_conn *c) {
 
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
                                  const struct sockaddr *addr) {
+  upstream_options o = {.max_response = cfg->max_response,
+                        .timeout_ms = cfg->upstream_timeout_ms};
+  return upstream_pool_new_opts(loop, &o, addr);
+}
+
+upstream_pool *upstream_pool_new_opts(uv_loop_t *loop, const upstream_options *opts,
+                                      const struct sockaddr *addr) {
   upstream_pool *pool = calloc(1, sizeof *pool);
   if (!pool)
     return NULL;
   pool->loop = loop;
   idem_queue_init(&pool->idle);
-  pool->cfg = cfg;
+  pool->opts = *opts;
   memcpy(&pool->addr, addr,
          addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                      : sizeof(struct sockaddr_in));
@@ -540,7 +547,7 @@ void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
   resp->status = 0;
   resp->kind = UP_OK;
   if (c->state == UC_IDLE) {
-    uv_timer_start(&c->timer, on_timer, (uint64_t)pool->cfg->upstream_timeout_ms, 0);
+    uv_timer_start(&c->timer, on_timer, (uint64_t)pool->opts.timeout_ms, 0);
     send_now(c);
   } else {
     start_request(pool, c);

@@ -65,8 +65,20 @@ typedef struct upstream_pool upstream_pool;
  * from inside upstream_send. */
 typedef void (*upstream_cb)(void *arg, upstream_response *resp);
 
+/* What a pool needs to know: the largest answer body it buffers for a
+ * caller that keeps answers (past it the answer streams, see
+ * upstream_stream), and the deadline to connect and get a whole answer. */
+typedef struct {
+  uint64_t max_response;
+  int64_t timeout_ms;
+} upstream_options;
+
+/* A pool with serve's values (--max-response, --upstream-timeout). */
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
                                  const struct sockaddr *addr);
+/* A pool with these options (copied). */
+upstream_pool *upstream_pool_new_opts(uv_loop_t *loop, const upstream_options *opts,
+                                      const struct sockaddr *addr);
 
 /*
  * Send one request (bufs stay valid until cb). is_head: the answer has no

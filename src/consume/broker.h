@@ -1,0 +1,90 @@
+/*
+ * broker.h - what `idem consume` needs of a message broker, behind one table
+ * of functions (one file per broker: broker_redis.c, ...). The flow
+ * (consume.c) never names a broker; a broker never names the flow: it hands
+ * messages to the on_message callback it was opened with, and hears back
+ * through ack, later and dead, each of which settles one message.
+ *
+ * Ownership: a message belongs to the broker. The flow reads it from
+ * on_message until it settles it (exactly once: ack, later or dead); the
+ * settle's callback is the last time the flow sees it, and the broker frees
+ * it afterwards. A settle that fails (the broker went away) leaves the
+ * message to be delivered again by the broker, never lost.
+ *
+ * Everything runs on the loop the broker was opened on.
+ */
+#ifndef IDEM_CONSUME_BROKER_H
+#define IDEM_CONSUME_BROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+typedef struct {
+  char *name;
+  char *value;
+  size_t value_len;
+} cs_header;
+
+typedef struct cs_msg {
+  char *id;             /* the broker's id for this message, for logs */
+  char *body;           /* may hold any bytes; NUL-terminated for convenience */
+  size_t body_len;
+  cs_header *headers;   /* every other field or header, as received */
+  size_t nheaders;
+  const char *message_id;   /* the broker's own message id, or NULL */
+  const char *content_type; /* or NULL */
+  unsigned deliveries;      /* 1 the first time the broker hands it out */
+} cs_msg;
+
+typedef struct cs_broker cs_broker;
+
+/* A settle is done: ok 0 when the broker could not take it (the message
+ * will come again). m is valid during the call only. */
+typedef void (*cs_settled_cb)(void *arg, cs_msg *m, int ok);
+
+typedef struct {
+  uv_loop_t *loop;
+  int64_t lock_ttl_ms; /* how long a message may stay with a consumer that
+                          said nothing before others take it over */
+  void (*on_message)(void *arg, cs_msg *m);
+  void (*on_state)(void *arg, int up); /* connected (1) or lost (0) */
+  void *arg;
+} cs_broker_opts;
+
+typedef struct {
+  const char *scheme;
+  int (*open)(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why);
+  /* The flow can take credit more messages (its free concurrency). */
+  void (*credit)(cs_broker *b, unsigned credit);
+  /* Done with m for good: it must not come again. */
+  void (*ack)(cs_broker *b, cs_msg *m, cs_settled_cb cb, void *arg);
+  /* Deliver m again, to any consumer, no sooner than delay_ms from now. */
+  void (*later)(cs_broker *b, cs_msg *m, int64_t delay_ms, cs_settled_cb cb, void *arg);
+  /* Move m to the dead letters with reason (and its headers), then ack it:
+   * both or neither. */
+  void (*dead)(cs_broker *b, cs_msg *m, const char *reason, cs_settled_cb cb, void *arg);
+  /* Stop fetching; messages not yet settled stay with the broker (they come
+   * again). done runs on the loop once every handle is closed. Settles
+   * submitted before close still complete first. */
+  void (*close)(cs_broker *b, void (*done)(void *arg), void *arg);
+} cs_broker_vt;
+
+struct cs_broker {
+  const cs_broker_vt *vt;
+};
+
+/* The broker for uri's scheme (redis://, ...): IDEM_EURI with a sentence in
+ * *why (malloc'd) when the scheme is unknown or the URI is malformed. */
+int cs_broker_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why);
+
+/* Just the check of uri (for flag parsing): 0, or -1 with a sentence. */
+int cs_broker_check(const char *uri, char *err, size_t errlen);
+
+extern const cs_broker_vt cs_broker_redis;
+int cs_redis_check(const char *uri, char *err, size_t errlen);
+extern const cs_broker_vt cs_broker_nats;
+int cs_nats_check(const char *uri, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,580 @@
+/*
+ * broker_nats.c - NATS JetStream as a broker for `idem consume`:
+ *
+ *   nats://[user:pass@]host[:port]?stream=NAME&consumer=NAME
+ *
+ * A durable pull consumer on the stream (created when missing: explicit
+ * acks, AckWait = --lock-ttl, no delivery limit of its own, every message
+ * from the start). libnats is thread-safe and does its own I/O and
+ * reconnection (forever, every 100 ms), so this file runs it on its own
+ * threads rather than through its libuv adapter (which moves only socket
+ * I/O to the loop; deliveries would still come from libnats' threads):
+ *
+ *   fetch thread   connect (with backoff while the server is away), bind
+ *                  the subscription, then natsSubscription_Fetch with a
+ *                  batch of the flow's free concurrency, 1 s at a time;
+ *                  messages go to the loop through a queue and a uv_async.
+ *   the loop       acks (natsMsg_Ack), later (natsMsg_NakWithDelay: the
+ *                  server redelivers after the delay, counting it),
+ *   thread pool    dead letters: published to <subject>.dead with a
+ *                  Nats-Msg-Id derived from the message's stream sequence
+ *                  (so a retry after a crash stores it once), the publish
+ *                  acknowledged by JetStream, then natsMsg_Term: the message
+ *                  never comes back. The dead subject is kept by a stream
+ *                  <STREAM>_DEAD, created when missing.
+ * A message not acked within AckWait (a consumer that died) is redelivered
+ * by the server to the next fetch: the takeover.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nats/nats.h>
+
+#include "consume/broker.h"
+#include "consume/broker_uri.h"
+#include "idem/idem.h"
+
+#define FETCH_WAIT_MS 1000
+#define BACKOFF_MAX_MS 2000
+
+typedef struct nbroker nbroker;
+
+typedef struct nmsg {
+  cs_msg m;
+  nbroker *b;
+  natsMsg *nm;
+  cs_settled_cb cb;
+  void *arg;
+  int ok;
+  char reason[512];
+  uv_work_t work;
+  struct nmsg *next;
+} nmsg;
+
+struct nbroker {
+  cs_broker base;
+  cs_broker_opts o;
+  cs_uri uri;
+  const char *stream, *consumer;
+  char subject[256], dead_subject[300], dead_stream[300];
+  /* shared with the fetch thread, under mu */
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  unsigned free_slots;
+  nmsg *inq, *inq_tail;  /* fetched, for the loop */
+  int stop, thread_done;
+  int nc_closed; /* the connection's last callback ran */
+  atomic_int up, up_seen;
+  /* the fetch thread's */
+  uv_thread_t thread;
+  natsConnection *nc;
+  jsCtx *js;
+  natsSubscription *sub;
+  /* the loop's */
+  uv_async_t wake;
+  uv_timer_t done_timer;
+  nmsg *doneq;
+  size_t outstanding, works;
+  int closing, handles;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
+  static const char *const known[] = {"stream", "consumer", NULL};
+  if (cs_uri_parse(text, u, err, len))
+    return -1;
+  if (strcmp(u->scheme, "nats"))
+    return snprintf(err, len, "not a nats:// URI"), -1;
+  if (cs_uri_known(u, known, err, len))
+    return -1;
+  const char *s = cs_uri_param(u, "stream"), *c = cs_uri_param(u, "consumer");
+  if (!s || !*s || !c || !*c || strpbrk(c, ". *>") || strpbrk(s, ". *>"))
+    return snprintf(err, len, "a NATS broker needs ?stream=NAME&consumer=NAME (names without "
+                              "'.', '*', '>' or spaces)"), -1;
+  if (*u->path)
+    return snprintf(err, len, "a NATS URI has no path"), -1;
+  if (!u->port)
+    u->port = 4222;
+  return 0;
+}
+
+int cs_nats_check(const char *uri, char *err, size_t len) {
+  cs_uri u;
+  int rc = check_uri(uri, &u, err, len);
+  cs_uri_clear(&u);
+  return rc;
+}
+
+/* ---- messages ---- */
+
+static void msg_free(nmsg *m) {
+  free(m->m.id);
+  for (size_t i = 0; i < m->m.nheaders; i++) {
+    free(m->m.headers[i].name);
+    free(m->m.headers[i].value);
+  }
+  free(m->m.headers);
+  natsMsg_Destroy(m->nm);
+  free(m);
+}
+
+/* A fetched message as a cs_msg (the body stays in the natsMsg). */
+static nmsg *wrap(nbroker *b, natsMsg *nm) {
+  nmsg *m = calloc(1, sizeof *m);
+  jsMsgMetaData *meta = NULL;
+  const char **keys = NULL;
+  int nkeys = 0;
+  if (!m || natsMsg_GetMetaData(&meta, nm) != NATS_OK) {
+    free(m);
+    natsMsg_Nak(nm, NULL);
+    natsMsg_Destroy(nm);
+    return NULL;
+  }
+  m->b = b;
+  m->nm = nm;
+  m->m.body = (char *)natsMsg_GetData(nm);
+  m->m.body_len = (size_t)natsMsg_GetDataLength(nm);
+  if (!m->m.body)
+    m->m.body = "";
+  m->m.deliveries = (unsigned)meta->NumDelivered;
+  if (asprintf(&m->m.id, "%s:%llu", b->stream, (unsigned long long)meta->Sequence.Stream) < 0)
+    m->m.id = NULL;
+  jsMsgMetaData_Destroy(meta);
+  if (natsMsgHeader_Keys(nm, &keys, &nkeys) == NATS_OK && nkeys > 0) {
+    m->m.headers = calloc((size_t)nkeys, sizeof *m->m.headers);
+    for (int i = 0; m->m.headers && i < nkeys; i++) {
+      const char *v = NULL;
+      natsMsgHeader_Get(nm, keys[i], &v);
+      cs_header *h = &m->m.headers[m->m.nheaders++];
+      h->name = strdup(keys[i]);
+      h->value = strdup(v ? v : "");
+      h->value_len = h->value ? strlen(h->value) : 0;
+      if (!strcasecmp(keys[i], "Nats-Msg-Id"))
+        m->m.message_id = h->value;
+      else if (!strcasecmp(keys[i], "Content-Type"))
+        m->m.content_type = h->value;
+    }
+  }
+  free((void *)keys);
+  return m;
+}
+
+/* ---- the fetch thread ---- */
+
+/* libnats calls back from a thread of its own, after a close too: the
+ * closed callback is the last one, so a connection is destroyed (and the
+ * broker may go) only once it has run. */
+static void on_closed(natsConnection *nc, void *arg) {
+  nbroker *b = arg;
+  (void)nc;
+  uv_mutex_lock(&b->mu);
+  b->nc_closed = 1;
+  uv_cond_broadcast(&b->cv);
+  uv_mutex_unlock(&b->mu);
+}
+
+static void fetch_teardown(nbroker *b) {
+  natsSubscription_Destroy(b->sub);
+  jsCtx_Destroy(b->js);
+  if (b->nc) {
+    natsConnection_Close(b->nc);
+    uv_mutex_lock(&b->mu);
+    uint64_t deadline = uv_hrtime() + 5000000000ULL;
+    while (!b->nc_closed && uv_hrtime() < deadline)
+      uv_cond_timedwait(&b->cv, &b->mu, 100 * 1000000ULL);
+    b->nc_closed = 0;
+    uv_mutex_unlock(&b->mu);
+    natsConnection_Destroy(b->nc);
+  }
+  b->sub = NULL;
+  b->js = NULL;
+  b->nc = NULL;
+}
+
+static void on_disconnected(natsConnection *nc, void *arg) {
+  nbroker *b = arg;
+  (void)nc;
+  atomic_store(&b->up, 0);
+  uv_async_send(&b->wake);
+}
+
+static void on_reconnected(natsConnection *nc, void *arg) {
+  nbroker *b = arg;
+  (void)nc;
+  atomic_store(&b->up, 1);
+  uv_async_send(&b->wake);
+}
+
+/* The stream's subject (its first), the dead-letter subject and a stream
+ * to keep it (created when missing). */
+static natsStatus find_subjects(nbroker *b) {
+  jsStreamInfo *si = NULL;
+  natsStatus s = js_GetStreamInfo(&si, b->js, b->stream, NULL, NULL);
+  if (s != NATS_OK)
+    return s;
+  const char *subj = si->Config && si->Config->SubjectsLen > 0 ? si->Config->Subjects[0] : b->stream;
+  snprintf(b->subject, sizeof b->subject, "%s", subj);
+  jsStreamInfo_Destroy(si);
+  size_t n = strlen(b->subject);
+  if (n >= 2 && (!strcmp(b->subject + n - 2, ".>") || !strcmp(b->subject + n - 2, ".*")))
+    b->subject[n - 2] = 0;
+  snprintf(b->dead_subject, sizeof b->dead_subject, "%s.dead", b->subject);
+  snprintf(b->dead_stream, sizeof b->dead_stream, "%s_DEAD", b->stream);
+  if (js_GetStreamInfo(&si, b->js, b->dead_stream, NULL, NULL) == NATS_OK) {
+    jsStreamInfo_Destroy(si);
+    return NATS_OK;
+  }
+  jsStreamConfig sc;
+  jsStreamConfig_Init(&sc);
+  const char *subjects[] = {b->dead_subject};
+  sc.Name = b->dead_stream;
+  sc.Subjects = subjects;
+  sc.SubjectsLen = 1;
+  sc.Storage = js_FileStorage;
+  s = js_AddStream(&si, b->js, &sc, NULL, NULL);
+  jsStreamInfo_Destroy(si);
+  return s;
+}
+
+static natsStatus ensure_consumer(nbroker *b) {
+  jsConsumerInfo *ci = NULL;
+  if (js_GetConsumerInfo(&ci, b->js, b->stream, b->consumer, NULL, NULL) == NATS_OK) {
+    jsConsumerInfo_Destroy(ci);
+    return NATS_OK;
+  }
+  jsConsumerConfig cc;
+  jsConsumerConfig_Init(&cc);
+  cc.Durable = b->consumer;
+  cc.AckPolicy = js_AckExplicit;
+  cc.DeliverPolicy = js_DeliverAll;
+  cc.AckWait = b->o.lock_ttl_ms * 1000000;
+  cc.MaxDeliver = -1;
+  cc.MaxAckPending = 20000;
+  natsStatus s = js_AddConsumer(&ci, b->js, b->stream, &cc, NULL, NULL);
+  jsConsumerInfo_Destroy(ci);
+  return s;
+}
+
+static natsStatus fetch_setup(nbroker *b) {
+  natsOptions *opts = NULL;
+  char url[600];
+  snprintf(url, sizeof url, "nats://%s%s%s:%d", strchr(b->uri.host, ':') ? "[" : "", b->uri.host,
+           strchr(b->uri.host, ':') ? "]" : "", b->uri.port);
+  natsStatus s = natsOptions_Create(&opts);
+  if (s == NATS_OK) s = natsOptions_SetURL(opts, url);
+  if (s == NATS_OK && b->uri.user)
+    s = natsOptions_SetUserInfo(opts, b->uri.user, b->uri.password ? b->uri.password : "");
+  if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 100);
+  if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b);
+  if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_reconnected, b);
+  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, b);
+  if (s == NATS_OK) s = natsConnection_Connect(&b->nc, opts);
+  natsOptions_Destroy(opts);
+  if (s == NATS_OK) s = natsConnection_JetStream(&b->js, b->nc, NULL);
+  if (s == NATS_OK) s = find_subjects(b);
+  if (s == NATS_OK) s = ensure_consumer(b);
+  if (s == NATS_OK) {
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = b->stream;
+    so.Consumer = b->consumer;
+    s = js_PullSubscribe(&b->sub, b->js, b->subject, b->consumer, NULL, &so, NULL);
+  }
+  return s;
+}
+
+/* Wait for credit (or stop); returns how many to fetch, 0 to stop. */
+static unsigned wait_credit(nbroker *b) {
+  uv_mutex_lock(&b->mu);
+  while (!b->stop && !b->free_slots)
+    uv_cond_timedwait(&b->cv, &b->mu, 200 * 1000000ULL);
+  unsigned n = b->stop ? 0 : b->free_slots;
+  uv_mutex_unlock(&b->mu);
+  return n;
+}
+
+static void push_fetched(nbroker *b, natsMsgList *list) {
+  for (int i = 0; i < list->Count; i++) {
+    nmsg *m = wrap(b, list->Msgs[i]);
+    list->Msgs[i] = NULL;
+    if (!m)
+      continue;
+    uv_mutex_lock(&b->mu);
+    if (b->inq_tail)
+      b->inq_tail->next = m;
+    else
+      b->inq = m;
+    b->inq_tail = m;
+    if (b->free_slots)
+      b->free_slots--;
+    uv_mutex_unlock(&b->mu);
+  }
+  natsMsgList_Destroy(list);
+  uv_async_send(&b->wake);
+}
+
+static int stopping(nbroker *b) {
+  uv_mutex_lock(&b->mu);
+  int s = b->stop;
+  uv_mutex_unlock(&b->mu);
+  return s;
+}
+
+static void fetch_main(void *arg) {
+  nbroker *b = arg;
+  int64_t backoff = 100;
+  char last[300] = "";
+  while (!stopping(b)) {
+    if (!b->sub) {
+      natsStatus s = fetch_setup(b);
+      if (s != NATS_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", nats_GetLastError(&s) ? nats_GetLastError(&s) : natsStatus_GetText(s));
+        if (strcmp(why, last))
+          fprintf(stderr, "idem consume: nats broker %s:%d: %s; reconnecting\n", b->uri.host,
+                  b->uri.port, why);
+        snprintf(last, sizeof last, "%s", why);
+        fetch_teardown(b);
+        nats_Sleep(backoff);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        continue;
+      }
+      backoff = 100;
+      atomic_store(&b->up, 1);
+      uv_async_send(&b->wake);
+    }
+    unsigned n = wait_credit(b);
+    if (!n)
+      break;
+    natsMsgList list = {0};
+    natsStatus s = natsSubscription_Fetch(&list, b->sub, (int)n, FETCH_WAIT_MS, NULL);
+    if (s == NATS_OK)
+      push_fetched(b, &list);
+    else if (s != NATS_TIMEOUT)
+      nats_Sleep(100); /* disconnected: libnats reconnects by itself */
+  }
+  nats_ReleaseThreadMemory();
+  uv_mutex_lock(&b->mu);
+  b->thread_done = 1;
+  uv_mutex_unlock(&b->mu);
+  uv_async_send(&b->wake);
+}
+
+/* ---- the loop ---- */
+
+static void maybe_done(nbroker *b);
+
+static void on_done_timer(uv_timer_t *t) {
+  nbroker *b = t->data;
+  nmsg *q = b->doneq;
+  b->doneq = NULL;
+  while (q) {
+    nmsg *next = q->next;
+    if (q->cb)
+      q->cb(q->arg, &q->m, q->ok);
+    msg_free(q);
+    b->outstanding--;
+    q = next;
+  }
+  maybe_done(b);
+}
+
+/* Settled: the flow hears it from the loop, never inside the call. */
+static void settled(nmsg *m, int ok) {
+  nbroker *b = m->b;
+  m->ok = ok;
+  m->next = b->doneq;
+  b->doneq = m;
+  uv_timer_start(&b->done_timer, on_done_timer, 0, 0);
+}
+
+static void on_wake(uv_async_t *a) {
+  nbroker *b = a->data;
+  uv_mutex_lock(&b->mu);
+  nmsg *q = b->inq;
+  b->inq = b->inq_tail = NULL;
+  uv_mutex_unlock(&b->mu);
+  int up = atomic_load(&b->up);
+  if (up != atomic_load(&b->up_seen)) {
+    atomic_store(&b->up_seen, up);
+    if (b->o.on_state)
+      b->o.on_state(b->o.arg, up);
+  }
+  while (q) {
+    nmsg *next = q->next;
+    q->next = NULL;
+    b->outstanding++;
+    b->o.on_message(b->o.arg, &q->m);
+    q = next;
+  }
+  maybe_done(b);
+}
+
+static void n_ack(cs_broker *base, cs_msg *msg, cs_settled_cb cb, void *arg) {
+  nmsg *m = (nmsg *)msg;
+  (void)base;
+  m->cb = cb;
+  m->arg = arg;
+  settled(m, natsMsg_Ack(m->nm, NULL) == NATS_OK);
+}
+
+static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+  nmsg *m = (nmsg *)msg;
+  (void)base;
+  m->cb = cb;
+  m->arg = arg;
+  settled(m, natsMsg_NakWithDelay(m->nm, delay_ms > 0 ? delay_ms : 1, NULL) == NATS_OK);
+}
+
+/* On the thread pool: publish the dead letter, wait for JetStream's ack,
+ * then Term the message. */
+static void dead_work(uv_work_t *w) {
+  nmsg *m = w->data;
+  nbroker *b = m->b;
+  natsMsg *dm = NULL;
+  char deliveries[16], msgid[320];
+  snprintf(deliveries, sizeof deliveries, "%u", m->m.deliveries);
+  snprintf(msgid, sizeof msgid, "idem-dead-%s", m->m.id ? m->m.id : "?");
+  natsStatus s = natsMsg_Create(&dm, b->dead_subject, NULL, m->m.body, (int)m->m.body_len);
+  if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Reason", m->reason);
+  if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Id", m->m.id ? m->m.id : "");
+  if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Deliveries", deliveries);
+  for (size_t i = 0; s == NATS_OK && i < m->m.nheaders; i++)
+    if (strcasecmp(m->m.headers[i].name, "Nats-Msg-Id"))
+      s = natsMsgHeader_Add(dm, m->m.headers[i].name, m->m.headers[i].value);
+  if (s == NATS_OK && m->m.message_id)
+    s = natsMsgHeader_Set(dm, "Idem-Msg-Id", m->m.message_id);
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MsgId = msgid;
+  jsPubAck *pa = NULL;
+  if (s == NATS_OK) s = js_PublishMsg(&pa, b->js, dm, &po, NULL);
+  jsPubAck_Destroy(pa);
+  natsMsg_Destroy(dm);
+  if (s == NATS_OK) s = natsMsg_Term(m->nm, NULL);
+  m->ok = s == NATS_OK;
+  nats_ReleaseThreadMemory();
+}
+
+static void dead_done(uv_work_t *w, int status) {
+  nmsg *m = w->data;
+  m->b->works--;
+  settled(m, status == 0 && m->ok);
+}
+
+static void n_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_cb cb, void *arg) {
+  nbroker *b = (nbroker *)base;
+  nmsg *m = (nmsg *)msg;
+  m->cb = cb;
+  m->arg = arg;
+  snprintf(m->reason, sizeof m->reason, "%s", reason);
+  for (char *p = m->reason; *p; p++)
+    if (*p == '\r' || *p == '\n')
+      *p = ' ';
+  m->work.data = m;
+  if (!atomic_load(&b->up) || !b->js ||
+      uv_queue_work(b->o.loop, &m->work, dead_work, dead_done)) {
+    settled(m, 0); /* comes again after AckWait */
+    return;
+  }
+  b->works++;
+}
+
+static void n_credit(cs_broker *base, unsigned n) {
+  nbroker *b = (nbroker *)base;
+  uv_mutex_lock(&b->mu);
+  b->free_slots = n;
+  uv_cond_signal(&b->cv);
+  uv_mutex_unlock(&b->mu);
+}
+
+static void handle_closed(uv_handle_t *h) {
+  nbroker *b = h->data;
+  if (--b->handles)
+    return;
+  void (*done)(void *) = b->done;
+  void *arg = b->done_arg;
+  uv_mutex_destroy(&b->mu);
+  uv_cond_destroy(&b->cv);
+  cs_uri_clear(&b->uri);
+  free(b);
+  nats_Close();
+  if (done)
+    done(arg);
+}
+
+static void maybe_done(nbroker *b) {
+  if (!b->closing || b->outstanding || b->works || b->doneq || !b->handles ||
+      uv_is_closing((uv_handle_t *)&b->wake))
+    return;
+  uv_mutex_lock(&b->mu);
+  int finished = b->thread_done;
+  nmsg *q = b->inq;
+  uv_mutex_unlock(&b->mu);
+  if (!finished || q)
+    return; /* the thread's last fetch is still coming, or not delivered yet */
+  uv_thread_join(&b->thread);
+  fetch_teardown(b);
+  uv_close((uv_handle_t *)&b->wake, handle_closed);
+  uv_close((uv_handle_t *)&b->done_timer, handle_closed);
+}
+
+static void n_close(cs_broker *base, void (*done)(void *), void *arg) {
+  nbroker *b = (nbroker *)base;
+  b->closing = 1;
+  b->done = done;
+  b->done_arg = arg;
+  uv_mutex_lock(&b->mu);
+  b->stop = 1;
+  uv_cond_signal(&b->cv);
+  uv_mutex_unlock(&b->mu);
+  maybe_done(b);
+}
+
+static int n_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
+  char err[256];
+  nbroker *b = calloc(1, sizeof *b);
+  if (!b)
+    return IDEM_ENOMEM;
+  if (check_uri(uri, &b->uri, err, sizeof err)) {
+    *why = strdup(err);
+    cs_uri_clear(&b->uri);
+    free(b);
+    return IDEM_EURI;
+  }
+  b->base.vt = &cs_broker_nats;
+  b->o = *o;
+  b->stream = cs_uri_param(&b->uri, "stream");
+  b->consumer = cs_uri_param(&b->uri, "consumer");
+  uv_mutex_init(&b->mu);
+  uv_cond_init(&b->cv);
+  uv_async_init(o->loop, &b->wake, on_wake);
+  uv_timer_init(o->loop, &b->done_timer);
+  b->wake.data = b->done_timer.data = b;
+  b->handles = 2;
+  if (uv_thread_create(&b->thread, fetch_main, b)) {
+    *why = strdup("cannot start a thread");
+    b->thread_done = 1; /* nothing to join: close below frees it */
+    b->closing = 1;
+    uv_close((uv_handle_t *)&b->wake, handle_closed);
+    uv_close((uv_handle_t *)&b->done_timer, handle_closed);
+    return IDEM_ENOMEM;
+  }
+  *out = &b->base;
+  return 0;
+}
+
+const cs_broker_vt cs_broker_nats = {
+    .scheme = "nats",
+    .open = n_open,
+    .credit = n_credit,
+    .ack = n_ack,
+    .later = n_later,
+    .dead = n_dead,
+    .close = n_close,
+};

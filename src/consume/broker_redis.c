@@ -1,0 +1,665 @@
+/*
+ * broker_redis.c - Redis Streams as a broker for `idem consume`:
+ *
+ *   redis://[user:pass@]host[:port][/db]?stream=NAME&group=NAME[&consumer=NAME]
+ *
+ * A consumer group (created at the stream's start with MKSTREAM when
+ * missing, so entries already there are consumed). Two connections: one
+ * blocks in XREADGROUP (COUNT bounded by the flow's free concurrency, BLOCK
+ * 1s), the other carries the rest, so that acks never wait behind a read.
+ *
+ * Every entry read stays in the group's pending list (PEL) until it is
+ * settled:
+ *   ack    XACK.
+ *   later  the entry stays pending, and XCLAIM ... IDLE (lock-ttl - delay)
+ *          JUSTID makes it look idle for (lock-ttl - delay): the reclaim
+ *          below hands it out again once delay has passed, to whichever
+ *          consumer gets there first, and a consumer that dies meanwhile
+ *          loses nothing. JUSTID leaves the delivery counter alone, so it
+ *          counts deliveries, not postponements. A delay is at most
+ *          --lock-ttl here.
+ *   dead   one Lua script: XADD NAME:dead (idem-reason, idem-id,
+ *          idem-deliveries, then the entry's own fields), then XACK: both or
+ *          neither.
+ * Reclaim: every lock-ttl/10 (50 ms to 1 s), XAUTOCLAIM takes over entries
+ * idle longer than --lock-ttl (a dead consumer's, or postponed ones), and
+ * XPENDING tells their delivery counts.
+ *
+ * Either connection lost: both go, and come back with backoff (100 ms to
+ * 2 s); the host name is looked up again each time, off the loop. Settles
+ * that cannot be sent fail (ok 0): the entry stays pending and comes again.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "consume/broker.h"
+#include "consume/broker_uri.h"
+#include "consume/redis_conn.h"
+#include "idem/idem.h"
+#include "store/lookup.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+#define READ_BLOCK_MS "1000"
+
+typedef struct rbroker rbroker;
+
+typedef struct rmsg {
+  cs_msg m;
+  rbroker *b;
+  cs_settled_cb cb;
+  void *arg;
+  struct rmsg *next; /* failq */
+} rmsg;
+
+struct rbroker {
+  cs_broker base;
+  cs_broker_opts o;
+  cs_uri uri;
+  const char *stream, *group;
+  char consumer[160];
+  char *dead;
+  idem_addr_text addr;
+  rconn *rd, *wr;
+  int rd_ready, wr_ready, up, resolving;
+  uv_timer_t backoff_timer, claim_timer, fail_timer;
+  int timers_open;
+  int64_t backoff_ms;
+  unsigned free_slots;
+  int reading, claiming;
+  char cursor[64];
+  rmsg *failq;
+  size_t outstanding; /* delivered, not yet settled */
+  size_t settling;    /* settles in flight */
+  int closing;
+  void (*done)(void *);
+  void *done_arg;
+  char last_err[160];
+};
+
+static const char dead_script[] =
+    "redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))\n"
+    "return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])\n";
+
+static void conn_start(rbroker *b);
+static void maybe_done(rbroker *b);
+
+/* ---- the URI ---- */
+
+static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
+  static const char *const known[] = {"stream", "group", "consumer", NULL};
+  if (cs_uri_parse(text, u, err, len))
+    return -1;
+  if (strcmp(u->scheme, "redis"))
+    return snprintf(err, len, "not a redis:// URI"), -1;
+  if (cs_uri_known(u, known, err, len))
+    return -1;
+  const char *stream = cs_uri_param(u, "stream"), *group = cs_uri_param(u, "group");
+  if (!stream || !*stream || !group || !*group)
+    return snprintf(err, len, "a Redis broker needs ?stream=NAME&group=NAME"), -1;
+  for (const char *p = u->path; *p; p++)
+    if (*p < '0' || *p > '9' || p - u->path > 4)
+      return snprintf(err, len, "the path is the database number (e.g. /0), not '%s'",
+                      u->path), -1;
+  if (!u->port)
+    u->port = 6379;
+  return 0;
+}
+
+/* ---- messages ---- */
+
+static void msg_free(rmsg *m) {
+  free(m->m.id);
+  free(m->m.body);
+  for (size_t i = 0; i < m->m.nheaders; i++) {
+    free(m->m.headers[i].name);
+    free(m->m.headers[i].value);
+  }
+  free(m->m.headers);
+  free(m);
+}
+
+static char *dup_bytes(const char *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (d) {
+    memcpy(d, p, n);
+    d[n] = 0;
+  }
+  return d;
+}
+
+/* An entry [id, [field, value, ...]] as a message; NULL for a deleted one
+ * (its fields nil) or when out of memory. */
+static rmsg *entry_msg(rbroker *b, const redisReply *e) {
+  if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+      e->element[1]->type != REDIS_REPLY_ARRAY)
+    return NULL;
+  const redisReply *f = e->element[1];
+  rmsg *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  m->b = b;
+  m->m.id = dup_bytes(e->element[0]->str, e->element[0]->len);
+  m->m.headers = calloc(f->elements / 2 + 1, sizeof *m->m.headers);
+  int bad = !m->m.id || !m->m.headers;
+  for (size_t i = 0; !bad && i + 1 < f->elements; i += 2) {
+    const redisReply *k = f->element[i], *v = f->element[i + 1];
+    if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+      continue;
+    if (k->len == 4 && !memcmp(k->str, "body", 4) && !m->m.body) {
+      bad = !(m->m.body = dup_bytes(v->str, v->len));
+      m->m.body_len = v->len;
+      continue;
+    }
+    cs_header *h = &m->m.headers[m->m.nheaders];
+    h->name = dup_bytes(k->str, k->len);
+    h->value = dup_bytes(v->str, v->len);
+    h->value_len = v->len;
+    bad = !h->name || !h->value;
+    m->m.nheaders++;
+    if (!strcmp(h->name, "message_id"))
+      m->m.message_id = h->value;
+    else if (!strcasecmp(h->name, "content-type") || !strcmp(h->name, "content_type"))
+      m->m.content_type = h->value;
+  }
+  if (!bad && !m->m.body)
+    bad = !(m->m.body = dup_bytes("", 0));
+  if (bad) {
+    msg_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+static void deliver(rbroker *b, rmsg *m, unsigned deliveries) {
+  m->m.deliveries = deliveries ? deliveries : 1;
+  b->outstanding++;
+  if (b->free_slots)
+    b->free_slots--;
+  b->o.on_message(b->o.arg, &m->m);
+}
+
+/* ---- settling ---- */
+
+static void settled(rmsg *m, int ok) {
+  rbroker *b = m->b;
+  if (m->cb)
+    m->cb(m->arg, &m->m, ok);
+  msg_free(m);
+  b->outstanding--;
+  maybe_done(b);
+}
+
+static void on_fail_timer(uv_timer_t *t) {
+  rbroker *b = t->data;
+  rmsg *q = b->failq;
+  b->failq = NULL;
+  while (q) {
+    rmsg *next = q->next;
+    settled(q, 0);
+    q = next;
+  }
+}
+
+static void on_settle_reply(redisAsyncContext *ac, void *reply, void *priv) {
+  rmsg *m = priv;
+  redisReply *r = reply;
+  (void)ac;
+  m->b->settling--;
+  int ok = r && r->type != REDIS_REPLY_ERROR;
+  if (r && !ok)
+    fprintf(stderr, "idem consume: redis refused to settle entry %s: %.200s\n", m->m.id, r->str);
+  settled(m, ok);
+}
+
+/* A settle that cannot go fails from the loop, never from inside the call
+ * that asked for it. */
+static void settle_fail(rmsg *m) {
+  rbroker *b = m->b;
+  m->next = b->failq;
+  b->failq = m;
+  uv_timer_start(&b->fail_timer, on_fail_timer, 0, 0);
+}
+
+static void settle_send(rmsg *m, int argc, const char **argv, const size_t *lens) {
+  rbroker *b = m->b;
+  if (b->up && !rconn_send(b->wr, argc, argv, lens, on_settle_reply, m)) {
+    b->settling++;
+    return;
+  }
+  settle_fail(m);
+}
+
+static void r_ack(cs_broker *base, cs_msg *msg, cs_settled_cb cb, void *arg) {
+  rbroker *b = (rbroker *)base;
+  rmsg *m = (rmsg *)msg;
+  m->cb = cb;
+  m->arg = arg;
+  const char *argv[] = {"XACK", b->stream, b->group, m->m.id};
+  settle_send(m, 4, argv, NULL);
+}
+
+static void r_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+  rbroker *b = (rbroker *)base;
+  rmsg *m = (rmsg *)msg;
+  m->cb = cb;
+  m->arg = arg;
+  int64_t idle = b->o.lock_ttl_ms - delay_ms;
+  char idle_s[24];
+  snprintf(idle_s, sizeof idle_s, "%lld", (long long)(idle > 0 ? idle : 0));
+  const char *argv[] = {"XCLAIM", b->stream, b->group, b->consumer, "0",
+                        m->m.id, "IDLE", idle_s, "JUSTID"};
+  settle_send(m, 9, argv, NULL);
+}
+
+static void r_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_cb cb,
+                   void *arg) {
+  rbroker *b = (rbroker *)base;
+  rmsg *m = (rmsg *)msg;
+  m->cb = cb;
+  m->arg = arg;
+  size_t n = 15 + 2 * m->m.nheaders;
+  const char **argv = calloc(n, sizeof *argv);
+  size_t *lens = calloc(n, sizeof *lens);
+  if (!argv || !lens) {
+    free(argv);
+    free(lens);
+    settle_fail(m); /* comes again */
+    return;
+  }
+  char deliveries[16];
+  snprintf(deliveries, sizeof deliveries, "%u", m->m.deliveries);
+  const char *fixed[] = {"EVAL", dead_script, "2", b->dead, b->stream, b->group, m->m.id,
+                         "idem-reason", reason, "idem-id", m->m.id, "idem-deliveries",
+                         deliveries};
+  size_t k = 0;
+  for (; k < 13; k++) {
+    argv[k] = fixed[k];
+    lens[k] = strlen(fixed[k]);
+  }
+  for (size_t i = 0; i < m->m.nheaders; i++, k += 2) {
+    argv[k] = m->m.headers[i].name;
+    lens[k] = strlen(argv[k]);
+    argv[k + 1] = m->m.headers[i].value;
+    lens[k + 1] = m->m.headers[i].value_len;
+  }
+  argv[k] = "body";
+  lens[k++] = 4;
+  argv[k] = m->m.body;
+  lens[k++] = m->m.body_len;
+  settle_send(m, (int)k, argv, lens);
+  free(argv);
+  free(lens);
+}
+
+/* ---- reading new entries ---- */
+
+static void kick_read(rbroker *b);
+
+/* Deliver the entries of one stream's reply: [[stream, [entry, ...]]]. */
+static void deliver_read(rbroker *b, const redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+    return;
+  const redisReply *s = r->element[0];
+  if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 || s->element[1]->type != REDIS_REPLY_ARRAY)
+    return;
+  const redisReply *entries = s->element[1];
+  for (size_t i = 0; i < entries->elements; i++) {
+    rmsg *m = entry_msg(b, entries->element[i]);
+    if (m)
+      deliver(b, m, 1);
+    /* else out of memory: it stays pending and is reclaimed later */
+  }
+}
+
+static void drop_all(rbroker *b, const char *why);
+
+static void on_read(redisAsyncContext *ac, void *reply, void *priv) {
+  rbroker *b = priv;
+  redisReply *r = reply;
+  (void)ac;
+  b->reading = 0;
+  if (!r) {
+    maybe_done(b);
+    return; /* the connection went: gone() reconnects */
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    char why[200];
+    snprintf(why, sizeof why, "XREADGROUP refused: %.150s", r->str);
+    drop_all(b, why); /* NOGROUP: the stream or group went; the reconnect recreates it */
+    return;
+  }
+  deliver_read(b, r);
+  kick_read(b);
+  maybe_done(b);
+}
+
+static void kick_read(rbroker *b) {
+  if (!b->up || b->reading || b->closing || !b->free_slots)
+    return;
+  char count[16];
+  snprintf(count, sizeof count, "%u", b->free_slots);
+  const char *argv[] = {"XREADGROUP", "GROUP", b->group, b->consumer, "COUNT", count,
+                        "BLOCK", READ_BLOCK_MS, "STREAMS", b->stream, ">"};
+  if (!rconn_send(b->rd, 11, argv, NULL, on_read, b))
+    b->reading = 1;
+}
+
+/* ---- taking over idle entries ---- */
+
+typedef struct {
+  rbroker *b;
+  size_t n;
+  rmsg *v[];
+} claim_batch;
+
+static void batch_free(claim_batch *cb) {
+  for (size_t i = 0; i < cb->n; i++)
+    if (cb->v[i])
+      msg_free(cb->v[i]);
+  free(cb);
+}
+
+/* XPENDING's reply: [[id, consumer, idle, deliveries], ...]. */
+static void on_counts(redisAsyncContext *ac, void *reply, void *priv) {
+  claim_batch *cb = priv;
+  rbroker *b = cb->b;
+  redisReply *r = reply;
+  (void)ac;
+  b->claiming = 0;
+  if (!r || r->type != REDIS_REPLY_ARRAY) {
+    batch_free(cb); /* still pending: taken over again later */
+    maybe_done(b);
+    return;
+  }
+  for (size_t i = 0; i < cb->n; i++) {
+    unsigned count = 1;
+    for (size_t j = 0; j < r->elements; j++) {
+      const redisReply *e = r->element[j];
+      if (e->type == REDIS_REPLY_ARRAY && e->elements == 4 &&
+          e->element[0]->type == REDIS_REPLY_STRING && !strcmp(e->element[0]->str, cb->v[i]->m.id)) {
+        count = (unsigned)e->element[3]->integer;
+        break;
+      }
+    }
+    rmsg *m = cb->v[i];
+    cb->v[i] = NULL;
+    deliver(b, m, count);
+  }
+  free(cb);
+  maybe_done(b);
+}
+
+static void ask_counts(rbroker *b, claim_batch *cb) {
+  const char *argv[] = {"XPENDING", b->stream, b->group, cb->v[0]->m.id, cb->v[cb->n - 1]->m.id,
+                        "100000", b->consumer};
+  if (rconn_send(b->wr, 7, argv, NULL, on_counts, cb)) {
+    b->claiming = 0;
+    batch_free(cb);
+  }
+}
+
+/* XAUTOCLAIM's reply: [cursor, [entry, ...], (deleted ids)]. */
+static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
+  rbroker *b = priv;
+  redisReply *r = reply;
+  (void)ac;
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+    if (r && r->type == REDIS_REPLY_ERROR)
+      fprintf(stderr, "idem consume: XAUTOCLAIM refused: %.200s\n", r->str);
+    b->claiming = 0;
+    maybe_done(b);
+    return;
+  }
+  snprintf(b->cursor, sizeof b->cursor, "%s", r->element[0]->str);
+  const redisReply *entries = r->element[1];
+  claim_batch *cb = calloc(1, sizeof *cb + entries->elements * sizeof cb->v[0]);
+  if (cb) {
+    cb->b = b;
+    for (size_t i = 0; i < entries->elements; i++)
+      if ((cb->v[cb->n] = entry_msg(b, entries->element[i])))
+        cb->n++;
+  }
+  if (!cb || !cb->n) {
+    free(cb);
+    b->claiming = 0;
+    maybe_done(b);
+    return;
+  }
+  ask_counts(b, cb);
+}
+
+static void on_claim_timer(uv_timer_t *t) {
+  rbroker *b = t->data;
+  if (!b->up || b->claiming || b->closing || !b->free_slots)
+    return;
+  char idle[24], count[16];
+  snprintf(idle, sizeof idle, "%lld", (long long)b->o.lock_ttl_ms);
+  snprintf(count, sizeof count, "%u", b->free_slots);
+  const char *argv[] = {"XAUTOCLAIM", b->stream, b->group, b->consumer, idle,
+                        b->cursor, "COUNT", count};
+  if (!rconn_send(b->wr, 8, argv, NULL, on_autoclaim, b))
+    b->claiming = 1;
+}
+
+/* ---- the connections ---- */
+
+static void set_up(rbroker *b, int up) {
+  if (b->up == up)
+    return;
+  b->up = up;
+  if (b->o.on_state)
+    b->o.on_state(b->o.arg, up);
+}
+
+static void on_backoff(uv_timer_t *t) { conn_start(t->data); }
+
+static void drop_all(rbroker *b, const char *why) {
+  rconn *rd = b->rd, *wr = b->wr;
+  b->rd = b->wr = NULL;
+  b->rd_ready = b->wr_ready = 0;
+  set_up(b, 0);
+  if (why && strcmp(why, b->last_err)) {
+    fprintf(stderr, "idem consume: redis broker %s:%d: %s; reconnecting\n", b->uri.host,
+            b->uri.port, why);
+    snprintf(b->last_err, sizeof b->last_err, "%s", why);
+  }
+  rconn_close(rd);
+  rconn_close(wr);
+  if (b->closing) {
+    maybe_done(b);
+    return;
+  }
+  uv_timer_start(&b->backoff_timer, on_backoff, (uint64_t)(b->backoff_ms / 2 + rand() % (b->backoff_ms / 2 + 1)), 0);
+  b->backoff_ms = b->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b->backoff_ms * 2;
+}
+
+static void became_ready(rbroker *b) {
+  if (!b->rd_ready || !b->wr_ready)
+    return;
+  b->backoff_ms = BACKOFF_MIN_MS;
+  if (b->last_err[0]) {
+    fprintf(stderr, "idem consume: redis broker %s:%d: connected again\n", b->uri.host,
+            b->uri.port);
+    b->last_err[0] = 0;
+  }
+  set_up(b, 1);
+  kick_read(b);
+}
+
+static void on_group(redisAsyncContext *ac, void *reply, void *priv) {
+  rbroker *b = priv;
+  redisReply *r = reply;
+  (void)ac;
+  if (!r)
+    return;
+  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9)) {
+    char why[200];
+    snprintf(why, sizeof why, "XGROUP CREATE refused: %.150s", r->str);
+    drop_all(b, why);
+    return;
+  }
+  b->wr_ready = 1;
+  became_ready(b);
+}
+
+static void conn_ready(void *arg, rconn *c) {
+  rbroker *b = arg;
+  if (c == b->rd) {
+    b->rd_ready = 1;
+    became_ready(b);
+    return;
+  }
+  const char *argv[] = {"XGROUP", "CREATE", b->stream, b->group, "0", "MKSTREAM"};
+  if (rconn_send(c, 6, argv, NULL, on_group, b))
+    drop_all(b, "cannot send XGROUP CREATE");
+}
+
+static void conn_gone(void *arg, rconn *c, const char *why) {
+  rbroker *b = arg;
+  if (c == b->rd)
+    b->rd = NULL;
+  else if (c == b->wr)
+    b->wr = NULL;
+  else
+    return;
+  drop_all(b, why);
+}
+
+static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
+  rbroker *b = owner;
+  b->resolving = 0;
+  if (b->closing) {
+    maybe_done(b);
+    return;
+  }
+  if (status || idem_lookup_addresses(ai, &b->addr, 1) < 1) {
+    char why[200];
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", b->uri.host,
+             status ? uv_strerror(status) : "no address");
+    drop_all(b, why);
+    return;
+  }
+  rconn_opts o = {.addr = b->addr, .port = b->uri.port, .user = b->uri.user,
+                  .password = b->uri.password, .db = atoi(b->uri.path),
+                  .connect_timeout_ms = 2000, .ready = conn_ready, .gone = conn_gone, .arg = b};
+  const char *why = NULL;
+  b->rd = rconn_open(b->o.loop, &o, &why);
+  b->wr = b->rd ? rconn_open(b->o.loop, &o, &why) : NULL;
+  if (!b->wr)
+    drop_all(b, why);
+}
+
+static void conn_start(rbroker *b) {
+  if (b->resolving || b->closing)
+    return;
+  if (idem_lookup_start(b->o.loop, b->uri.host, on_resolved, b) == 0)
+    b->resolving = 1;
+  else
+    drop_all(b, "cannot start a host lookup");
+}
+
+/* ---- the table ---- */
+
+static void r_credit(cs_broker *base, unsigned n) {
+  rbroker *b = (rbroker *)base;
+  b->free_slots = n;
+  kick_read(b);
+}
+
+static int r_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
+  char err[256];
+  rbroker *b = calloc(1, sizeof *b);
+  if (!b)
+    return IDEM_ENOMEM;
+  if (check_uri(uri, &b->uri, err, sizeof err)) {
+    *why = strdup(err);
+    cs_uri_clear(&b->uri);
+    free(b);
+    return IDEM_EURI;
+  }
+  b->base.vt = &cs_broker_redis;
+  b->o = *o;
+  b->stream = cs_uri_param(&b->uri, "stream");
+  b->group = cs_uri_param(&b->uri, "group");
+  const char *consumer = cs_uri_param(&b->uri, "consumer");
+  char host[64] = "host";
+  gethostname(host, sizeof host - 1);
+  if (consumer)
+    snprintf(b->consumer, sizeof b->consumer, "%s", consumer);
+  else
+    snprintf(b->consumer, sizeof b->consumer, "%s-%ld", host, (long)getpid());
+  if (asprintf(&b->dead, "%s:dead", b->stream) < 0)
+    b->dead = NULL;
+  snprintf(b->cursor, sizeof b->cursor, "0-0");
+  b->backoff_ms = BACKOFF_MIN_MS;
+  uv_timer_init(o->loop, &b->backoff_timer);
+  uv_timer_init(o->loop, &b->claim_timer);
+  uv_timer_init(o->loop, &b->fail_timer);
+  b->backoff_timer.data = b->claim_timer.data = b->fail_timer.data = b;
+  b->timers_open = 3;
+  int64_t every = o->lock_ttl_ms / 10;
+  every = every < 50 ? 50 : every > 1000 ? 1000 : every;
+  uv_timer_start(&b->claim_timer, on_claim_timer, (uint64_t)every, (uint64_t)every);
+  conn_start(b);
+  *out = &b->base;
+  return 0;
+}
+
+static void timer_closed(uv_handle_t *h) {
+  rbroker *b = h->data;
+  if (--b->timers_open)
+    return;
+  void (*done)(void *) = b->done;
+  void *arg = b->done_arg;
+  cs_uri_clear(&b->uri);
+  free(b->dead);
+  free(b);
+  if (done)
+    done(arg);
+}
+
+/* Closing ends once nothing is in flight: no read, no reclaim, no lookup,
+ * and every delivered message settled. */
+static void maybe_done(rbroker *b) {
+  if (!b->closing || b->reading || b->claiming || b->resolving || b->outstanding || b->settling ||
+      b->failq || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
+    return;
+  rconn *rd = b->rd, *wr = b->wr;
+  b->rd = b->wr = NULL;
+  rconn_close(rd);
+  rconn_close(wr);
+  uv_close((uv_handle_t *)&b->backoff_timer, timer_closed);
+  uv_close((uv_handle_t *)&b->claim_timer, timer_closed);
+  uv_close((uv_handle_t *)&b->fail_timer, timer_closed);
+}
+
+static void r_close(cs_broker *base, void (*done)(void *), void *arg) {
+  rbroker *b = (rbroker *)base;
+  b->closing = 1;
+  b->done = done;
+  b->done_arg = arg;
+  uv_timer_stop(&b->claim_timer);
+  uv_timer_stop(&b->backoff_timer);
+  maybe_done(b);
+}
+
+const cs_broker_vt cs_broker_redis = {
+    .scheme = "redis",
+    .open = r_open,
+    .credit = r_credit,
+    .ack = r_ack,
+    .later = r_later,
+    .dead = r_dead,
+    .close = r_close,
+};
+
+int cs_redis_check(const char *uri, char *err, size_t len) {
+  cs_uri u;
+  int rc = check_uri(uri, &u, err, len);
+  cs_uri_clear(&u);
+  return rc;
+}

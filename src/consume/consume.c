@@ -1,0 +1,662 @@
+/*
+ * consume.c - the flow of one message, and the consumer's start and stop
+ * (consume.h).
+ *
+ *   message ─key─► claim ─CLAIMED─► handler ─kept status─► complete ─► ack
+ *                    │                 └─408/409/425/429/5xx, unreachable,
+ *                    │                   timeout─► release ─► later(backoff)
+ *                    │                   (the last allowed delivery: fail,
+ *                    │                    then dead letter)
+ *                    ├─REPLAY─► ack         ├─BUSY─► later(lease left)
+ *                    ├─MISMATCH─► dead      └─store down─► hold, claim again
+ *
+ * Nothing is acked before its record is durable: a complete the store
+ * fails is tried again while the lease lasts, and then the message is left
+ * to the broker (not acked) to come again: it replays if the store got the
+ * answer after all, or runs again once the lease has ended.
+ */
+#include "consume/consume.h"
+
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consume/broker.h"
+#include "consume/cs_admin.h"
+#include "consume/cs_metrics.h"
+#include "consume/handler.h"
+#include "http/policy.h"
+#include "http/upstream.h"
+
+typedef struct cs_flow cs_flow;
+
+typedef struct cs_job {
+  cs_flow *f;
+  cs_msg *m;
+  char key[IDEM_KEY_MAX + 1];
+  uint8_t fp[IDEM_FINGERPRINT_LEN];
+  uint64_t fence;
+  int bypass; /* no record: --on-store-error open, or the bench forwarder */
+  uint64_t t0_ns, op_ns;
+  uint64_t lease_end; /* uv_now() ms when the lease ends */
+  unsigned store_tries;
+  gw_buf head;
+  uv_buf_t bufs[2];
+  upstream_response up;
+  upstream_stream stream;
+  int too_large;
+  gw_buf kept_hdrs, marker_hdrs, marker_body;
+  int keep_status, keep_marker;
+  const gw_buf *keep_h, *keep_b;
+  uv_timer_t timer;
+  int timer_on;
+  int parked; /* busy behind a job of this consumer with the same key */
+  void (*on_timer)(struct cs_job *j);
+  struct cs_job *next, *prev;
+} cs_job;
+
+struct cs_flow {
+  const cs_config *cfg;
+  uv_loop_t loop;
+  idem_store *store;
+  uint64_t store_retry_at;
+  int store_down;
+  cs_broker *broker;
+  int broker_up;
+  upstream_pool *pool;
+  cs_admin *admin;
+  uv_signal_t sigterm, sigint;
+  unsigned inflight;
+  int stopping;
+  cs_job *jobs;
+};
+
+static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
+
+static int64_t backoff_ms(const cs_config *cfg, unsigned n) {
+  int64_t d = cfg->retry_delay_ms;
+  for (unsigned i = 1; i < n && d < cfg->max_retry_delay_ms; i++)
+    d *= 2;
+  return d < cfg->max_retry_delay_ms ? d : cfg->max_retry_delay_ms;
+}
+
+static idem_store *flow_store(cs_flow *f) {
+  if (f->store)
+    return f->store;
+  uint64_t now = uv_now(&f->loop);
+  if (now < f->store_retry_at)
+    return NULL;
+  f->store_retry_at = now + 1000;
+  char *msg = NULL;
+  int rc = idem_store_open(&f->loop, f->cfg->store_uri, &f->store, &msg);
+  if (rc) {
+    fprintf(stderr, "idem consume: store %s: %s%s%s\n", f->cfg->store_uri, idem_strerror(rc),
+            msg ? ": " : "", msg ? msg : "");
+    free(msg);
+    f->store = NULL;
+  }
+  return f->store;
+}
+
+/* ---- the end of a message: settles ---- */
+
+static void job_freed(uv_handle_t *h) { free(h->data); }
+
+static void give_credit(cs_flow *f) {
+  unsigned c = (unsigned)f->cfg->concurrency;
+  f->broker->vt->credit(f->broker, f->stopping || f->inflight >= c ? 0 : c - f->inflight);
+}
+
+static void claim(cs_job *j);
+
+static void job_end(cs_job *j) {
+  cs_flow *f = j->f;
+  if (j->prev)
+    j->prev->next = j->next;
+  else
+    f->jobs = j->next;
+  if (j->next)
+    j->next->prev = j->prev;
+  /* duplicates waiting for this one claim again now: they replay */
+  for (cs_job *p = f->jobs; p; p = p->next)
+    if (p->parked && !strcmp(p->key, j->key)) {
+      p->parked = 0;
+      uv_timer_stop(&p->timer);
+      claim(p);
+    }
+  gw_buf_free(&j->head);
+  gw_buf_free(&j->kept_hdrs);
+  gw_buf_free(&j->marker_hdrs);
+  gw_buf_free(&j->marker_body);
+  upstream_response_free(&j->up);
+  if (j->timer_on)
+    uv_close((uv_handle_t *)&j->timer, job_freed);
+  else
+    free(j);
+  f->inflight--;
+  give_credit(f);
+}
+
+static void on_settled(void *arg, cs_msg *m, int ok) {
+  cs_job *j = arg;
+  (void)m;
+  if (!ok)
+    cs_metrics_settle_failed();
+  cs_metrics_observe(CS_HIST_MESSAGE, since_us(j->t0_ns));
+  job_end(j);
+}
+
+static void settle_ack(cs_job *j, cs_outcome o) {
+  cs_metrics_outcome(o);
+  j->f->broker->vt->ack(j->f->broker, j->m, on_settled, j);
+}
+
+static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o) {
+  if (o != CS_OUT_BUSY)
+    cs_metrics_outcome(o);
+  j->f->broker->vt->later(j->f->broker, j->m, delay_ms, on_settled, j);
+}
+
+static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
+  cs_metrics_outcome(o);
+  fprintf(stderr, "idem consume: message %s%s%s goes to the dead letters: %s\n", j->m->id,
+          j->key[0] ? " key " : "", j->key, reason);
+  j->f->broker->vt->dead(j->f->broker, j->m, reason, on_settled, j);
+}
+
+/* ---- waiting on the loop ---- */
+
+static void on_hold(uv_timer_t *t) {
+  cs_job *j = t->data;
+  j->on_timer(j);
+}
+
+static void hold(cs_job *j, int64_t ms, void (*then)(cs_job *j)) {
+  if (!j->timer_on) {
+    uv_timer_init(&j->f->loop, &j->timer);
+    j->timer.data = j;
+    j->timer_on = 1;
+  }
+  j->on_timer = then;
+  uv_timer_start(&j->timer, on_hold, (uint64_t)ms, 0);
+}
+
+/* ---- store operations ---- */
+
+static void submit(cs_job *j, idem_op *op, idem_cb cb) {
+  op->scope = j->f->cfg->scope;
+  op->key = j->key;
+  op->fence = j->fence;
+  j->op_ns = uv_hrtime();
+  idem_store *st = flow_store(j->f);
+  int rc = st ? idem_store_submit(st, op, cb, j) : IDEM_ESTORE;
+  if (rc) {
+    idem_result res = {0};
+    res.err = rc;
+    cb(st, &res, j);
+  }
+}
+
+static void note_store(cs_flow *f, int err) {
+  if (err && !f->store_down)
+    fprintf(stderr, "idem consume: store %s: %s; messages wait (not acked)%s\n",
+            f->cfg->store_uri, idem_strerror(err),
+            f->cfg->fail_open ? ", or go to the handler without a record (open)" : "");
+  else if (!err && f->store_down)
+    fprintf(stderr, "idem consume: store %s answers again\n", f->cfg->store_uri);
+  f->store_down = err != 0;
+}
+
+static void call_handler(cs_job *j);
+
+/* ---- failing for good: the record is marked failed, the message dead ---- */
+
+typedef struct {
+  cs_job *j;
+  char reason[300];
+} dead_ctx;
+
+static void on_failed(idem_store *st, const idem_result *res, void *arg) {
+  dead_ctx *d = arg;
+  (void)st;
+  if (res->err && res->err != IDEM_ESTALE)
+    fprintf(stderr, "idem consume: marking key '%s' failed: %s (its lease runs out instead)\n",
+            d->j->key, idem_strerror(res->err));
+  settle_dead(d->j, d->reason, CS_OUT_DEAD);
+  free(d);
+}
+
+static void fail_dead(cs_job *j, int status, const char *reason) {
+  dead_ctx *d = calloc(1, sizeof *d);
+  if (!d) {
+    settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY);
+    return;
+  }
+  d->j = j;
+  snprintf(d->reason, sizeof d->reason, "%s", reason);
+  j->marker_body.len = 0;
+  policy_problem(&j->marker_body, status, "message-failed", "Message failed", reason);
+  idem_op op = {.kind = IDEM_OP_FAIL, .ttl_ms = j->f->cfg->ttl_ms};
+  op.response.status = status;
+  op.response.headers = "Content-Type: application/problem+json\r\n";
+  op.response.headers_len = strlen(op.response.headers);
+  op.response.body = j->marker_body.p ? j->marker_body.p : "";
+  op.response.body_len = j->marker_body.len;
+  j->op_ns = uv_hrtime();
+  op.scope = j->f->cfg->scope;
+  op.key = j->key;
+  op.fence = j->fence;
+  idem_store *st = flow_store(j->f);
+  if (!st || idem_store_submit(st, &op, on_failed, d)) {
+    idem_result res = {.err = IDEM_ESTORE};
+    on_failed(st, &res, d);
+  }
+}
+
+/* ---- keeping the answer ---- */
+
+static void keep(cs_job *j);
+
+static void on_kept(idem_store *st, const idem_result *res, void *arg) {
+  cs_job *j = arg;
+  cs_flow *f = j->f;
+  (void)st;
+  cs_metrics_observe(CS_HIST_COMPLETE, since_us(j->op_ns));
+  note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
+  if (!res->err || res->err == IDEM_ESTALE) {
+    /* stale: the lease was taken over, and the other answer is the one kept */
+    settle_ack(j, CS_OUT_EXECUTED);
+    return;
+  }
+  if (res->err == IDEM_EFULL && !j->keep_marker) {
+    j->marker_hdrs.len = j->marker_body.len = 0;
+    if (!policy_not_kept(&j->marker_hdrs, &j->marker_body, j->keep_status,
+                         "did not fit in the store, which is full")) {
+      fprintf(stderr, "idem consume: the answer for key '%s' did not fit in the store; a 502 "
+                      "marker is kept in its place\n", j->key);
+      j->keep_status = 502;
+      j->keep_h = &j->marker_hdrs;
+      j->keep_b = &j->marker_body;
+      j->keep_marker = 1;
+      keep(j);
+      return;
+    }
+  }
+  uint64_t now = uv_now(&f->loop);
+  int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
+  if (!f->stopping && now + (uint64_t)wait < j->lease_end) {
+    hold(j, wait, keep); /* the lease still keeps duplicates out: try again */
+    return;
+  }
+  /* not kept, not acked: it comes again once the lease is over */
+  settle_later(j, j->lease_end > now ? (int64_t)(j->lease_end - now) : 0, CS_OUT_STORE_ERROR);
+}
+
+static void keep(cs_job *j) {
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .ttl_ms = j->f->cfg->ttl_ms};
+  op.response.status = j->keep_status;
+  op.response.headers = j->keep_h->p ? j->keep_h->p : "";
+  op.response.headers_len = j->keep_h->len;
+  op.response.body = j->keep_b->p ? j->keep_b->p : "";
+  op.response.body_len = j->keep_b->len;
+  submit(j, &op, on_kept);
+}
+
+/* ---- the handler ---- */
+
+static void on_released(idem_store *st, const idem_result *res, void *arg) {
+  cs_job *j = arg;
+  (void)st;
+  if (res->err && res->err != IDEM_ESTALE)
+    fprintf(stderr, "idem consume: releasing key '%s' failed: %s (its lease runs out instead)\n",
+            j->key, idem_strerror(res->err));
+  settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY);
+}
+
+static void handler_failed(cs_job *j, int status, const char *what) {
+  const cs_config *cfg = j->f->cfg;
+  if (j->bypass) {
+    settle_later(j, backoff_ms(cfg, j->m->deliveries), CS_OUT_RETRY);
+    return;
+  }
+  if (j->m->deliveries < (unsigned)cfg->max_deliveries) {
+    idem_op op = {.kind = IDEM_OP_RELEASE};
+    submit(j, &op, on_released);
+    return;
+  }
+  char reason[200];
+  snprintf(reason, sizeof reason, "the handler %s on delivery %u of %d (--max-deliveries)", what,
+           j->m->deliveries, cfg->max_deliveries);
+  fail_dead(j, status, reason);
+}
+
+static void on_answer(void *arg, upstream_response *r) {
+  cs_job *j = arg;
+  cs_metrics_observe(CS_HIST_HANDLER, since_us(j->op_ns));
+  char what[64];
+  if (r->kind == UP_OK && (policy_status_stored(r->status) || j->too_large)) {
+    if (j->bypass) {
+      settle_ack(j, j->f->cfg->no_store ? CS_OUT_FORWARDED : CS_OUT_BYPASS);
+      return;
+    }
+    j->keep_status = r->status;
+    j->keep_marker = 0;
+    j->keep_h = &j->kept_hdrs;
+    j->keep_b = &r->body;
+    if (j->too_large) {
+      policy_not_kept(&j->marker_hdrs, &j->marker_body, r->status, "was larger than --max-response");
+      j->keep_status = 502;
+      j->keep_h = &j->marker_hdrs;
+      j->keep_b = &j->marker_body;
+      j->keep_marker = 1;
+    } else if (cs_handler_kept_headers(r, &j->kept_hdrs)) {
+      handler_failed(j, 502, "answered, but its headers could not be held (out of memory)");
+      return;
+    }
+    keep(j);
+    return;
+  }
+  static const char *const kinds[] = {"answered", "was unreachable", "timed out (--handler-timeout)",
+                                      "broke the connection", "answered with invalid HTTP"};
+  if (r->kind == UP_OK)
+    snprintf(what, sizeof what, "answered %d", r->status);
+  else
+    snprintf(what, sizeof what, "%s", kinds[r->kind]);
+  handler_failed(j, r->kind == UP_OK ? r->status : r->kind == UP_TIMEOUT ? 504 : 502, what);
+}
+
+static void on_head(void *arg, upstream_response *r) {
+  cs_job *j = arg;
+  (void)r;
+  j->too_large = 1; /* past --max-response: the rest is dropped, a marker kept */
+}
+
+static void on_data(void *arg, const char *data, size_t len) {
+  (void)arg;
+  (void)data;
+  (void)len;
+}
+
+static void call_handler(cs_job *j) {
+  j->head.len = 0;
+  j->too_large = 0;
+  if (cs_handler_head(j->f->cfg, j->m, j->key, j->bypass ? 0 : j->fence, &j->head)) {
+    handler_failed(j, 502, "could not be sent the message (out of memory)");
+    return;
+  }
+  j->bufs[0] = uv_buf_init(j->head.p, (unsigned)j->head.len);
+  j->bufs[1] = uv_buf_init(j->m->body, (unsigned)j->m->body_len);
+  j->stream = (upstream_stream){.on_head = on_head, .on_data = on_data, .past_limit = 1};
+  j->op_ns = uv_hrtime();
+  upstream_send(j->f->pool, j->bufs, 2, 0, 0, &j->stream, &j->up, on_answer, j);
+}
+
+/* ---- the claim ---- */
+
+static void store_failed(cs_job *j, int err) {
+  cs_flow *f = j->f;
+  note_store(f, err);
+  if (f->cfg->fail_open) {
+    j->bypass = 1;
+    call_handler(j);
+    return;
+  }
+  int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
+  if (f->stopping) {
+    settle_later(j, wait, CS_OUT_STORE_ERROR);
+    return;
+  }
+  cs_metrics_outcome(CS_OUT_STORE_ERROR);
+  hold(j, wait, claim); /* held here, not redelivered: outages cost no delivery */
+}
+
+/* Whether another message in flight here has j's key. */
+static int held_here(const cs_job *j) {
+  for (const cs_job *o = j->f->jobs; o; o = o->next)
+    if (o != j && !o->parked && !strcmp(o->key, j->key))
+      return 1;
+  return 0;
+}
+
+static void on_claim(idem_store *st, const idem_result *res, void *arg) {
+  cs_job *j = arg;
+  cs_flow *f = j->f;
+  (void)st;
+  cs_metrics_observe(CS_HIST_CLAIM, since_us(j->op_ns));
+  if (res->err) {
+    store_failed(j, res->err);
+    return;
+  }
+  note_store(f, 0);
+  switch (res->outcome) {
+  case IDEM_CLAIMED:
+    j->fence = res->fence;
+    j->lease_end = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
+    if (j->m->deliveries > (unsigned)f->cfg->max_deliveries) {
+      char reason[200];
+      snprintf(reason, sizeof reason, "delivered %u times, more than --max-deliveries %d, with no "
+               "answer kept (consumers stopped while it ran?)", j->m->deliveries,
+               f->cfg->max_deliveries);
+      fail_dead(j, 502, reason);
+      return;
+    }
+    call_handler(j);
+    return;
+  case IDEM_REPLAY:
+    settle_ack(j, CS_OUT_REPLAYED);
+    return;
+  case IDEM_BUSY:
+    cs_metrics_outcome(CS_OUT_BUSY);
+    if (held_here(j)) {
+      /* a duplicate of a message this consumer runs: wait for it here (it
+       * replays as soon as that one ends), at most the lease's time left */
+      j->parked = 1;
+      hold(j, res->retry_after_ms > 0 ? res->retry_after_ms : 1, claim);
+      return;
+    }
+    settle_later(j, res->retry_after_ms > 0 ? res->retry_after_ms : f->cfg->retry_delay_ms,
+                 CS_OUT_BUSY);
+    return;
+  case IDEM_MISMATCH:
+    settle_dead(j, "the key was used before by a message with another body", CS_OUT_MISMATCH);
+    return;
+  }
+}
+
+static void claim(cs_job *j) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .lease_ms = j->f->cfg->lock_ttl_ms,
+                .ttl_ms = j->f->cfg->ttl_ms};
+  memcpy(op.fingerprint, j->fp, sizeof j->fp);
+  submit(j, &op, on_claim);
+}
+
+static void on_message(void *arg, cs_msg *m) {
+  cs_flow *f = arg;
+  cs_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    f->broker->vt->later(f->broker, m, f->cfg->retry_delay_ms, NULL, NULL);
+    return;
+  }
+  j->f = f;
+  j->m = m;
+  j->t0_ns = uv_hrtime();
+  j->next = f->jobs;
+  if (f->jobs)
+    f->jobs->prev = j;
+  f->jobs = j;
+  f->inflight++;
+  if (f->cfg->no_store) {
+    j->bypass = 1;
+    snprintf(j->key, sizeof j->key, "%s", m->id);
+    call_handler(j);
+    return;
+  }
+  char why[300];
+  if (cs_msg_key(&f->cfg->key, m, j->key, why, sizeof why)) {
+    j->key[0] = 0;
+    settle_dead(j, why, CS_OUT_NO_KEY);
+    return;
+  }
+  idem_fingerprint("POST", f->cfg->to_path, m->body, m->body_len, 0, j->fp);
+  claim(j);
+}
+
+/* ---- start and stop ---- */
+
+static void on_broker_state(void *arg, int up) {
+  cs_flow *f = arg;
+  if (up && !f->broker_up)
+    fprintf(stderr, "idem consume: broker connected\n");
+  f->broker_up = up;
+}
+
+static const char *not_ready(void *arg) {
+  cs_flow *f = arg;
+  if (f->stopping)
+    return "stopping";
+  if (!f->broker_up)
+    return "broker not connected";
+  if (!f->cfg->no_store && (!f->store || f->store_down))
+    return "store unavailable";
+  return NULL;
+}
+
+static unsigned inflight(void *arg) { return ((cs_flow *)arg)->inflight; }
+
+static void signal_closed(uv_handle_t *h) { (void)h; }
+
+static void close_signals(cs_flow *f) {
+  uv_close((uv_handle_t *)&f->sigterm, signal_closed);
+  uv_close((uv_handle_t *)&f->sigint, signal_closed);
+}
+
+static void on_admin_stopped(void *arg) { (void)arg; }
+
+static void on_store_closed(idem_store *st, void *arg) {
+  cs_flow *f = arg;
+  (void)st;
+  f->store = NULL;
+  if (f->admin)
+    cs_admin_stop(f->admin, on_admin_stopped, f);
+  f->admin = NULL;
+  close_signals(f);
+}
+
+static void on_pool_closed(void *arg) {
+  cs_flow *f = arg;
+  f->pool = NULL;
+  if (f->store) {
+    idem_store_close(f->store, on_store_closed, f);
+    return;
+  }
+  on_store_closed(NULL, f);
+}
+
+static void on_broker_closed(void *arg) {
+  cs_flow *f = arg;
+  f->broker = NULL;
+  upstream_pool_close(f->pool, on_pool_closed, f);
+}
+
+/* SIGTERM: fetch no more; what is in flight finishes and is settled (a
+ * message waiting for the store is handed back, not acked); then the
+ * broker, the handler's connections and the store close. */
+static void on_signal(uv_signal_t *s, int signum) {
+  cs_flow *f = s->data;
+  (void)signum;
+  if (f->stopping)
+    return;
+  f->stopping = 1;
+  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight);
+  give_credit(f);
+  for (cs_job *j = f->jobs; j; j = j->next)
+    if (j->timer_on && j->on_timer == claim && uv_is_active((uv_handle_t *)&j->timer)) {
+      uv_timer_stop(&j->timer);
+      cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
+      j->parked = 0;
+      settle_later(j, f->cfg->retry_delay_ms, o);
+    }
+  f->broker->vt->close(f->broker, on_broker_closed, f);
+}
+
+static int resolve_to(const cs_config *cfg, struct sockaddr_storage *out) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", cfg->to_port);
+  int rc = getaddrinfo(cfg->to_host, port, &hints, &ai);
+  if (rc || !ai) {
+    fprintf(stderr, "idem consume: cannot resolve the handler's host '%s': %s\n", cfg->to_host,
+            gai_strerror(rc));
+    return -1;
+  }
+  memcpy(out, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  return 0;
+}
+
+static int open_parts(cs_flow *f, const struct sockaddr *to) {
+  const cs_config *cfg = f->cfg;
+  upstream_options uo = {.max_response = cfg->max_response, .timeout_ms = cfg->handler_timeout_ms};
+  f->pool = upstream_pool_new_opts(&f->loop, &uo, to);
+  if (!f->pool)
+    return -1;
+  if (!cfg->no_store) {
+    char *msg = NULL;
+    int rc = idem_store_open(&f->loop, cfg->store_uri, &f->store, &msg);
+    if (rc && rc != IDEM_ESTORE) {
+      fprintf(stderr, "idem consume: cannot open store '%s': %s\n", cfg->store_uri,
+              msg ? msg : idem_strerror(rc));
+      free(msg);
+      return -1;
+    }
+    free(msg);
+    f->store_retry_at = uv_now(&f->loop) + 1000;
+  }
+  if (cfg->has_admin) {
+    cs_admin_hooks h = {.not_ready = not_ready, .inflight = inflight, .arg = f};
+    int err = 0;
+    f->admin = cs_admin_start(&f->loop, cfg->admin.host, cfg->admin.port, &h, &err);
+    if (!f->admin) {
+      fprintf(stderr, "idem consume: cannot listen on %s:%d: %s\n", cfg->admin.host,
+              cfg->admin.port, uv_strerror(err));
+      return -1;
+    }
+    fprintf(stderr, "idem consume: admin listening on %s:%d\n", cfg->admin.host, cfg->admin.port);
+  }
+  cs_broker_opts bo = {.loop = &f->loop, .lock_ttl_ms = cfg->lock_ttl_ms,
+                       .on_message = on_message, .on_state = on_broker_state, .arg = f};
+  char *why = NULL;
+  if (cs_broker_open(cfg->from, &bo, &f->broker, &why)) {
+    fprintf(stderr, "idem consume: --from: %s\n", why ? why : "cannot open the broker");
+    free(why);
+    return -1;
+  }
+  return 0;
+}
+
+int cs_run(const cs_config *cfg) {
+  static cs_flow flow; /* lives as long as the loop */
+  cs_flow *f = &flow;
+  struct sockaddr_storage to;
+  signal(SIGPIPE, SIG_IGN);
+  memset(f, 0, sizeof *f);
+  f->cfg = cfg;
+  if (resolve_to(cfg, &to) || uv_loop_init(&f->loop))
+    return 1;
+  if (open_parts(f, (const struct sockaddr *)&to))
+    return 1; /* the process exits: what was opened goes with it */
+  uv_signal_init(&f->loop, &f->sigterm);
+  uv_signal_init(&f->loop, &f->sigint);
+  f->sigterm.data = f->sigint.data = f;
+  uv_signal_start(&f->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&f->sigint, on_signal, SIGINT);
+  fprintf(stderr, "idem consume: consuming to http://%s%s, store %s\n", cfg->to_authority,
+          cfg->to_path, cfg->no_store ? "none (benchmark forwarder)" : cfg->store_uri);
+  give_credit(f);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&f->loop);
+  fprintf(stderr, "idem consume: stopped\n");
+  return 0;
+}

@@ -1,0 +1,307 @@
+"""consume_harness.py - run `idem consume` in end-to-end tests (stdlib only).
+
+    from consume_harness import Handler, Consumer, RedisClient
+
+    h = Handler().start()                  # POST endpoint counting executions per key
+    h.fail_first = {"k1"}                  # 503 on the first attempt of these keys
+    h.fail_always = {"k2"}                 # 500 every time
+    h.status = {"k3": 400}                 # answer this status
+    h.delay = {"k4": 1.0}                  # take this long
+    c = Consumer(from_uri, h.url + "/messages", store="lmdb:DIR", args=[...],
+                 admin=True).start()       # waits for "broker connected"
+    c.stop() / c.kill() / c.restart(); c.stderr()
+    r = RedisClient(port)
+    r.pipeline([("XADD", "s", "*", "message_id", "k", "body", "x"), ...])
+
+Handler records every request: h.attempts(key) is a list of dicts (status
+answered, fence, headers); h.successes(key) counts 2xx answers.
+"""
+
+import http.server
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import tempfile
+import threading
+import time
+
+from harness import free_port, idem_bin, wait_for, _live, _live_lock  # noqa: F401
+
+
+class _HandlerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+    def handle_error(self, request, client_address):
+        pass  # a consumer killed mid-request resets its connections: expected here
+
+
+class _H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        owner = self.server.owner
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        key = self.headers.get("Idempotency-Key", "")
+        status, delay = owner._decide(key)
+        if delay:
+            time.sleep(delay)
+        rec = {"status": status, "fence": self.headers.get("Idempotency-Fence"),
+               "headers": dict(self.headers.items()), "body": body, "path": self.path}
+        with owner._lock:
+            owner._log.setdefault(key, []).append(rec)
+            owner._cond.notify_all()
+        payload = b'{"ok":true,"key":"%s"}' % key.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Handler", "yes")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class Handler:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._log = {}
+        self.fail_first = set()
+        self.fail_always = set()
+        self.status = {}
+        self.delay = {}
+        self.fail_first_fraction = 0.0  # 503 on the first attempt of this share of keys
+        self._server = None
+
+    def _decide(self, key):
+        with self._lock:
+            first = key not in self._log
+        if key in self.fail_always:
+            return 500, self.delay.get(key, 0)
+        if first and (key in self.fail_first or
+                      (self.fail_first_fraction and
+                       (hash(("ff", key)) % 1000) < self.fail_first_fraction * 1000)):
+            return 503, self.delay.get(key, 0)
+        return self.status.get(key, 200), self.delay.get(key, 0)
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def start(self):
+        self._server = _HandlerServer(("127.0.0.1", 0), _H)
+        self._server.owner = self
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+        return self
+
+    def stop(self):
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def attempts(self, key):
+        with self._lock:
+            return list(self._log.get(key, []))
+
+    def successes(self, key):
+        return sum(1 for a in self.attempts(key) if 200 <= a["status"] < 300)
+
+    def keys(self):
+        with self._lock:
+            return set(self._log)
+
+    def success_counts(self):
+        with self._lock:
+            return {k: sum(1 for a in v if 200 <= a["status"] < 300) for k, v in self._log.items()}
+
+    def total(self):
+        with self._lock:
+            return sum(len(v) for v in self._log.values())
+
+
+class Consumer:
+    """One `idem consume` process."""
+
+    def __init__(self, from_uri, to_url, store="memory:consume", args=(), admin=False, env=None):
+        self.from_uri = from_uri
+        self.to_url = to_url
+        self.store = store
+        self.args = list(args)
+        self.admin_port = free_port() if admin else None
+        self.env = env
+        self.proc = None
+        self._errs = []
+        self._errpath = None
+
+    def argv(self):
+        a = [idem_bin(), "consume", "--from", self.from_uri, "--to", self.to_url,
+             "--store", self.store]
+        if self.admin_port:
+            a += ["--admin-listen", "127.0.0.1:%d" % self.admin_port]
+        return a + self.args
+
+    def start(self, timeout=15.0, wait_connected=True):
+        fd, self._errpath = tempfile.mkstemp(prefix="idem-consume-", suffix=".err")
+        self._errf = os.fdopen(fd, "w+b")
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=self._errf,
+                                     stderr=self._errf, env=self.env, start_new_session=True)
+        with _live_lock:
+            _live.add(self.proc)
+        if wait_connected:
+            def ready():
+                if self.proc.poll() is not None:
+                    raise RuntimeError("idem consume exited %d:\n%s" % (self.proc.returncode,
+                                                                       self.stderr()))
+                return "broker connected" in self._current_err()
+            wait_for(ready, timeout, what="idem consume to connect")
+        return self
+
+    def _current_err(self):
+        if not self._errpath:
+            return ""
+        with open(self._errpath, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stderr(self):
+        return "".join(self._errs) + self._current_err()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _reap(self):
+        with _live_lock:
+            _live.discard(self.proc)
+        if self._errpath:
+            self._errs.append(self._current_err())
+            self._errf.close()
+            os.unlink(self._errpath)
+            self._errpath = None
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout):
+        rc = self.proc.wait(timeout)
+        self._reap()
+        return rc
+
+    def stop(self, timeout=20.0):
+        if self.proc is None or self._errpath is None:
+            return self.proc.returncode if self.proc else None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._reap()
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc is None or self._errpath is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._reap()
+
+    def restart(self, **kw):
+        if self.alive():
+            self.stop()
+        return self.start(**kw)
+
+    def admin_get(self, path):
+        s = socket.create_connection(("127.0.0.1", self.admin_port), timeout=5)
+        try:
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            s.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), body.decode()
+
+    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer: detected",
+                       "runtime error:")
+
+    def sanitizer_report(self):
+        err = self.stderr()
+        for m in self.SANITIZER_MARKS:
+            if m in err:
+                i = err.find(m)
+                return err[max(0, i - 200):i + 5000]
+        return None
+
+
+def _encode(args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+class RedisClient:
+    """A pipelining client over one socket: enough for tests."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def pipeline(self, commands, timeout=30.0):
+        from redis_server import _Reader
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        try:
+            s.sendall(b"".join(_encode(c) for c in commands))
+            rd = _Reader(s)
+            out = []
+            for _ in commands:
+                try:
+                    out.append(rd.reply())
+                except RuntimeError as e:  # an error reply
+                    out.append(e)
+            return out
+        finally:
+            s.close()
+
+    def command(self, *args):
+        r = self.pipeline([args])[0]
+        if isinstance(r, RuntimeError):
+            raise r
+        return r
+
+    def pending(self, stream, group):
+        """How many entries the group has delivered and not acked."""
+        try:
+            return self.command("XPENDING", stream, group)[0]
+        except RuntimeError:
+            return 0
+
+    def lag(self, stream, group):
+        """Entries not yet delivered to the group (Redis 7)."""
+        for g in self.command("XINFO", "GROUPS", stream):
+            d = dict(zip(g[::2], g[1::2]))
+            if d[b"name"] == group.encode():
+                return d.get(b"lag")
+        return None
+
+    def entries(self, stream):
+        """[(id, {field: value})] of a stream."""
+        out = []
+        for eid, fields in self.command("XRANGE", stream, "-", "+") or []:
+            out.append((eid.decode(), {fields[i].decode(): fields[i + 1]
+                                       for i in range(0, len(fields), 2)}))
+        return out

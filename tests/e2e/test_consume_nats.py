@@ -1,0 +1,108 @@
+"""test_consume_nats.py - `idem consume` on NATS JetStream, against a real
+nats-server (nats_server.py, -js on a temp dir) and the counting handler of
+consume_harness.py: every row of the outcome table (consume_cases.
+OutcomeTests), dead letters on <subject>.dead, SIGTERM, a server down at
+start, and a bad URI.
+"""
+
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import run_idem  # noqa: E402
+from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
+from nats_server import NatsClient, NatsServer  # noqa: E402
+
+JS_STREAM, CONSUMER = "ORDERS", "billing"
+
+
+class NatsCase(BrokerCase):
+    """The JetStream side of consume_cases' broker interface: stream ORDERS
+    on subject "orders". JetStream itself drops a Nats-Msg-Id published again
+    within its duplicate window (100 ms at least), so the shared tests key
+    messages by a header of their own (Order-Id) to reach idem with their
+    duplicates; test_nats_msg_id_is_the_default_key covers Nats-Msg-Id."""
+
+    consumer_args = BrokerCase.consumer_args + ["--key", "header:Order-Id"]
+    no_key_reason = "no header 'Order-Id'"
+
+    def start_broker(self):
+        self.ns = NatsServer().start()
+        self.addCleanup(self.ns.cleanup)
+        self.nc = NatsClient(self.ns.port)
+        self.nc.js("STREAM.CREATE." + JS_STREAM, {"name": JS_STREAM, "subjects": [STREAM],
+                                                  "storage": "file"})
+
+    def stop_broker(self):
+        self.ns.kill()
+
+    def start_broker_again(self):
+        self.ns.start()
+
+    def restart_broker(self, outage):
+        self.ns.kill()
+        time.sleep(outage)  # the outage (not a wait for a condition)
+        self.ns.start()
+
+    def from_uri(self, stream=STREAM):
+        return "%s?stream=%s&consumer=%s" % (self.ns.url, JS_STREAM, CONSUMER)
+
+    def publish(self, entries, stream=STREAM):
+        msgs = []
+        for e in entries:
+            hdrs = {("Order-Id" if k == "message_id" else k): v for k, v in e.items() if k != "body"}
+            msgs.append((e.get("body", "").encode(), hdrs))
+        self.nc.publish_many(stream, msgs)
+
+    def _info(self):
+        return self.nc.js("CONSUMER.INFO.%s.%s" % (JS_STREAM, CONSUMER))
+
+    def all_settled(self, stream=STREAM):
+        try:
+            i = self._info()
+        except (RuntimeError, OSError, TimeoutError):
+            return False
+        return i["num_ack_pending"] == 0 and i["num_pending"] == 0
+
+    def pending(self, stream=STREAM):
+        return self._info()["num_ack_pending"]
+
+    def dead_letters(self, stream=STREAM):
+        out = []
+        for hdrs, body in self.nc.stream_messages(JS_STREAM + "_DEAD"):
+            d = {k: v for k, v in hdrs.items() if not k.startswith(":")}
+            d["reason"] = d.pop("Idem-Reason")
+            d["deliveries"] = d.pop("Idem-Deliveries")
+            if "Order-Id" in d:
+                d["message_id"] = d.pop("Order-Id")
+            d["body"] = body
+            out.append(d)
+        return out
+
+
+class Outcomes(NatsCase, OutcomeTests):
+    def test_nats_msg_id_is_the_default_key(self):
+        self.consumer_args = BrokerCase.consumer_args
+        self.consumer()
+        self.nc.publish_many(STREAM, [(b"a", {"Nats-Msg-Id": "m-1"}), (b"b", {})])
+        self.wait_settled()
+        self.assertEqual(self.h.successes("m-1"), 1)
+        dead = self.dead_letters()
+        self.assertEqual(len(dead), 1)
+        self.assertIn("no message id", dead[0]["reason"])
+        self.assertEqual(dead[0]["Nats-Msg-Id"], "idem-dead-ORDERS:2")  # deduplicates its retries
+
+    def test_bad_uri_exits_2_naming_the_flag(self):
+        for uri in ["nats://127.0.0.1:1?stream=ORDERS", "nats://127.0.0.1:1?consumer=c",
+                    "nats://127.0.0.1:1/x?stream=S&consumer=c",
+                    "nats://127.0.0.1:1?stream=S&consumer=a.b"]:
+            rc, out, err = run_idem(["consume", "--from", uri, "--to", "http://127.0.0.1:1/"])
+            self.assertEqual(rc, 2, (uri, err))
+            self.assertIn("--from", err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,156 @@
+"""test_consume_redis.py - `idem consume` on Redis Streams, against a real
+redis-server (redis_server.py) and a Python handler that counts executions
+per key (consume_harness.py): every row of the outcome table
+(consume_cases.OutcomeTests), dead letters, SIGTERM, key sources, bad
+flags, and the record space shared with serve.
+"""
+
+import hashlib
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import Gateway, run_idem  # noqa: E402
+from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
+from consume_harness import RedisClient  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
+
+GROUP = "billing"
+
+
+class ConsumeCase(BrokerCase):
+    """The Redis Streams side of consume_cases' broker interface."""
+
+    def start_broker(self):
+        self.redis = RedisServer(aof=True).start()
+        self.addCleanup(self.redis.cleanup)
+        self.r = RedisClient(self.redis.port)
+
+    def stop_broker(self):
+        self.redis.kill()
+
+    def start_broker_again(self):
+        self.redis.start()
+
+    def restart_broker(self, outage):
+        self.redis.kill()
+        time.sleep(outage)  # the outage (not a wait for a condition)
+        self.redis.start()
+
+    def from_uri(self, stream=STREAM):
+        return "redis://127.0.0.1:%d?stream=%s&group=%s" % (self.redis.port, stream, GROUP)
+
+    def publish(self, entries, stream=STREAM):
+        cmds = []
+        for e in entries:
+            c = ["XADD", stream, "*"]
+            for k, v in e.items():
+                c += [k, v]
+            cmds.append(c)
+        for i in range(0, len(cmds), 2000):
+            for r in self.r.pipeline(cmds[i:i + 2000]):
+                if isinstance(r, Exception):
+                    raise r
+
+    def all_settled(self, stream=STREAM):
+        try:
+            return self.r.pending(stream, GROUP) == 0 and self.r.lag(stream, GROUP) == 0
+        except (RuntimeError, OSError):
+            return False
+
+    def pending(self, stream=STREAM):
+        return self.r.pending(stream, GROUP)
+
+    def dead_letters(self, stream=STREAM):
+        out = []
+        for _, f in self.r.entries(stream + ":dead"):
+            d = {k: v.decode("utf-8", "replace") for k, v in f.items() if k != "body"}
+            d["reason"] = d.pop("idem-reason")
+            d["deliveries"] = d.pop("idem-deliveries")
+            d["body"] = f.get("body")
+            out.append(d)
+        return out
+
+
+class Outcomes(ConsumeCase, OutcomeTests):
+    def test_dead_letter_and_ack_are_one_step(self):
+        self.consumer()
+        self.publish([{"body": "no key"}])
+        self.wait_settled()
+        dead = self.r.entries(STREAM + ":dead")
+        self.assertEqual(len(dead), 1)
+        self.assertEqual(dead[0][1]["idem-id"].decode(), self.r.entries(STREAM)[0][0])
+
+
+class Keys(ConsumeCase):
+    def test_key_sources(self):
+        for src, entries, want in [
+            ("header:X-Order", [{"X-Order": "o-1", "body": "a"}, {"x-order": "o-1", "body": "a"}], "o-1"),
+            ("json:/order/id", [{"body": '{"order":{"id":"j-7"}}'}, {"body": '{"order": {"id": "j-7"}}'}], None),
+            ("body-sha256", [{"body": "same bytes"}, {"body": "same bytes"}], None),
+        ]:
+            stream = "s-" + src.split(":")[0]
+            c = self.consumer("--key", src, stream=stream)
+            self.publish(entries, stream=stream)
+            self.wait_settled(stream=stream)
+            c.stop()
+        self.assertEqual(self.h.successes("o-1"), 1)
+        # json: the second body differs in bytes: same key, other body: dead letter
+        self.assertEqual(self.h.successes("j-7"), 1)
+        self.assertEqual(len(self.dead_letters("s-json")), 1)
+        self.assertEqual(self.h.successes(hashlib.sha256(b"same bytes").hexdigest()), 1)
+
+    def test_bad_key_values_go_to_dead_letters(self):
+        self.consumer("--key", "json:/id")
+        self.publish([{"body": "not json"}, {"body": '{"id": {"a": 1}}'}, {"body": '{"id": ""}'},
+                      {"body": '{"other": 1}'}, {"body": '{"id": 42}'}])
+        self.wait_settled()
+        reasons = sorted(d["reason"] for d in self.dead_letters())
+        self.assertEqual(len(reasons), 4, reasons)
+        self.assertTrue(any("not JSON" in r for r in reasons), reasons)
+        self.assertTrue(any("not a string or a number" in r for r in reasons), reasons)
+        self.assertTrue(any("not a valid key" in r for r in reasons), reasons)
+        self.assertTrue(any("nothing at /id" in r for r in reasons), reasons)
+        self.assertEqual(self.h.successes("42"), 1)
+
+    def test_bad_flags_exit_2_naming_the_flag(self):
+        for args, flag in [
+            (["--from", "kafka://x", "--to", "http://a:1/"], "--from"),
+            (["--from", "redis://h:1?stream=s", "--to", "http://a:1/"], "--from"),
+            (["--from", "redis://h:1?stream=s&group=g&bogus=1", "--to", "http://a:1/"], "--from"),
+            (["--from", "redis://h:99999?stream=s&group=g", "--to", "http://a:1/"], "--from"),
+            (["--from", self.from_uri(), "--to", "https://a:1/"], "--to"),
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--key", "header:"], "--key"),
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--key", "json:a"], "--key"),
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--concurrency", "0"], "--concurrency"),
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--on-store-error", "x"], "--on-store-error"),
+            (["--to", "http://a:1/"], "--from"),
+        ]:
+            rc, out, err = run_idem(["consume"] + args)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertIn(flag, err, args)
+
+
+class SharedRecords(ConsumeCase):
+    def test_serve_and_consume_share_one_record_per_key(self):
+        store = "lmdb:%s/shared" % self.tmp
+        gw = Gateway(self.h.url, store=store, args=["--spool", "off"]).start()
+        self.addCleanup(gw.stop)
+        r = gw.request("POST", "/messages", body=b'{"a":1}', headers={"Idempotency-Key": "pay-1"})
+        self.assertEqual(r.status, 200)
+        self.consumer(store=store)
+        self.publish([{"message_id": "pay-1", "body": '{"a":1}'},
+                      {"message_id": "pay-2", "body": '{"b":2}'}])
+        self.wait_settled()
+        self.assertEqual(len(self.h.attempts("pay-1")), 1)  # the message replayed serve's answer
+        r = gw.request("POST", "/messages", body=b'{"b":2}', headers={"Idempotency-Key": "pay-2"})
+        self.assertTrue(r.replayed)
+        self.assertEqual(r.header("X-Handler"), "yes")
+        self.assertEqual(len(self.h.attempts("pay-2")), 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
