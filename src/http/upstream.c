@@ -40,6 +40,8 @@ typedef struct up_conn {
   const upstream_stream *stream;
   int streaming; /* the head went to stream->on_head */
   int abandoned; /* upstream_abort: closing, never reused */
+  int paused;    /* upstream_pause: reading stopped, the deadline too */
+  uint64_t deadline_left; /* ms of --upstream-timeout left when paused */
   upstream_response *resp;
   upstream_cb cb;
   void *arg;
@@ -263,6 +265,7 @@ static void answered(up_conn *c, int leftover) {
     pool->nidle++;
     /* a streamed answer may have paused reading: idle connections read, to
      * notice the upstream closing them */
+    c->paused = 0;
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     uv_timer_start(&c->timer, on_pool_idle_timer, IDLE_CLOSE_MS, 0);
   }
@@ -495,12 +498,19 @@ void upstream_pause(upstream_response *resp, int paused) {
   up_conn *c = resp->conn;
   if (!c || c->state != UC_BUSY || c->abandoned)
     return;
-  /* the deadline runs on either way: a client that reads too slowly to
-   * take the whole answer within --upstream-timeout gets it cut */
-  if (paused)
+  /* The deadline is the upstream's: it stands still while a slow client
+   * holds the answer back (a client that takes nothing is --send-timeout's
+   * to close), so a long download to a slow reader is not cut, and an
+   * upstream that trickles is, whatever the client does. */
+  if (paused && !c->paused) {
+    c->deadline_left = uv_timer_get_due_in(&c->timer);
+    uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
-  else
+  } else if (!paused && c->paused) {
+    uv_timer_start(&c->timer, on_timer, c->deadline_left, 0);
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  }
+  c->paused = paused;
 }
 
 /* Deferred: upstream_abort may be called from inside on_data, with

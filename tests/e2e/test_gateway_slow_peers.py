@@ -164,6 +164,27 @@ class SendTimeout(GatewayTestCase):
               % (time.monotonic() - start))
         self.assertGreaterEqual(got, BIG)
 
+    def test_slow_reader_of_a_stream_outlasts_the_upstream_timeout(self):
+        # --upstream-timeout is the upstream's deadline: while a slow client
+        # holds a streamed answer back (the upstream read paused), it stands
+        # still, so a download that takes the client longer than it is whole
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--upstream-timeout", "1s", "--send-timeout", "5s")
+        size = 12 * 1024 * 1024
+        s = non_reading_socket(gw.port, rcvbuf=65536)
+        self.addCleanup(s.close)
+        s.sendall(request_bytes("GET", "/long", headers={"X-Test-Id": "long",
+                                                          "X-Test-Body-Bytes": str(size)}))
+        got, start = 0, time.monotonic()
+        while got < size + 64:  # the head is longer than 64 bytes
+            chunk = s.recv(256 * 1024)
+            self.assertTrue(chunk, "cut after %d bytes\n%s" % (got, self.gw_log()))
+            got += len(chunk)
+            time.sleep(0.02)
+        took = time.monotonic() - start
+        print("a slow reader took %.1fs for a 12 MiB stream (--upstream-timeout 1s)" % took)
+        self.assertGreater(took, 1.0, "the client was not slower than the deadline")
+
 
 class MaxConns(GatewayTestCase):
     def test_sixth_connection_waits_for_a_free_slot(self):
