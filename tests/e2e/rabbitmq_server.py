@@ -11,8 +11,8 @@ minimal AMQP 0-9-1 client (stdlib only) for what the tests need of it:
 
 The server gets RABBITMQ_MNESIA_BASE, RABBITMQ_NODENAME, RABBITMQ_NODE_PORT,
 RABBITMQ_DIST_PORT and an epmd (ERL_EPMD_PORT) of its own, all on 127.0.0.1,
-so tests never meet another RabbitMQ; it is stopped by process id (and its
-epmd with `epmd -kill`).
+so tests never meet another RabbitMQ; it is stopped by process id, its epmd
+too (found by the environment it inherited).
 """
 
 import os
@@ -91,10 +91,34 @@ class RabbitServer:
                 pass
             self.proc.wait(10)
 
+    def _own_epmd(self):
+        """PIDs of the epmd this server started (it daemonizes: found by the
+        environment it inherited, which names this server's dir and port)."""
+        mark = ("ERL_EPMD_PORT=%d" % self.epmd_port).encode()
+        home = ("HOME=%s" % self.dir).encode()
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if b"epmd" not in f.read():
+                        continue
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if mark in env and home in env:
+                pids.append(int(d))
+        return pids
+
     def cleanup(self):
         self.kill()
-        subprocess.run(["epmd", "-kill"], env=self.env(), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=10)
+        for pid in self._own_epmd():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         if not os.environ.get("IDEM_E2E_KEEP"):
             shutil.rmtree(self.dir, True)
 
