@@ -177,6 +177,9 @@ static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
 
 static void on_hold(uv_timer_t *t) {
   cs_job *j = t->data;
+  /* a parked duplicate whose wait ran out claims now: it must not also be
+   * woken by the end of the job it waited for (that would claim twice) */
+  j->parked = 0;
   j->on_timer(j);
 }
 
