@@ -76,6 +76,18 @@ class ConsumeCase(BrokerCase):
 
 
 class Outcomes(ConsumeCase, OutcomeTests):
+    def test_parked_duplicate_whose_wait_runs_out_is_settled_once(self):
+        # the handler outlives the lease: the duplicate parked behind it
+        # claims when the lease ends (a takeover), and the first one's end
+        # must not wake it a second time
+        self.h.delay = {"k1": 1.5}
+        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "4s")
+        self.publish([{"message_id": "k1", "body": "x"}, {"message_id": "k1", "body": "x"}])
+        self.wait_settled(30)
+        self.assertTrue(c.alive(), c.stderr())
+        self.assertEqual(self.h.successes("k1"), 2)  # the takeover ran it again, fence 2
+        self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1", "2"])
+
     def test_dead_letter_and_ack_are_one_step(self):
         self.consumer()
         self.publish([{"body": "no key"}])
