@@ -23,6 +23,7 @@ static const char usage[] =
     "\n"
     "brokers:\n"
     "  redis://[user:pass@]host:port[/db]?stream=NAME&group=NAME[&consumer=NAME]\n"
+    "  amqp://user:pass@host:port/vhost?queue=NAME[&prefetch=N]  (RabbitMQ)\n"
     "  nats://[user:pass@]host:port?stream=NAME&consumer=NAME   (JetStream)\n"
     "\n"
     "options:\n";

@@ -15,21 +15,15 @@ static const struct {
     {"redis://", &cs_broker_redis, cs_redis_check},
 #endif
     {"nats://", &cs_broker_nats, cs_nats_check},
+    {"amqp://", &cs_broker_amqp, cs_amqp_check},
 };
-
-/* Schemes the issue names that this build does not speak yet. */
-static const char *const not_yet[] = {"amqp://"};
 
 int cs_broker_check(const char *uri, char *err, size_t len) {
   for (size_t i = 0; i < sizeof brokers / sizeof brokers[0]; i++)
     if (!strncasecmp(uri, brokers[i].prefix, strlen(brokers[i].prefix)))
       return brokers[i].check(uri, err, len);
-  for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
-    if (!strncasecmp(uri, not_yet[i], strlen(not_yet[i])))
-      return snprintf(err, len, "%.*s brokers are not supported by this build yet; use "
-                      "redis://HOST:PORT?stream=NAME&group=NAME",
-                      (int)strlen(not_yet[i]) - 3, not_yet[i]), -1;
-  snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME or "
+  snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME, "
+                     "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME or "
                      "nats://HOST:PORT?stream=NAME&consumer=NAME");
   return -1;
 }

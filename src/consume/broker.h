@@ -40,12 +40,22 @@ typedef struct cs_msg {
 
 typedef struct cs_broker cs_broker;
 
+/* The answer kept for a message, handed to ack for brokers that send it
+ * back (AMQP reply_to). Valid during the call only. */
+typedef struct {
+  int status;
+  const char *body;
+  size_t body_len;
+  int replayed; /* it came from the record, not from the handler now */
+} cs_answer;
+
 /* A settle is done: ok 0 when the broker could not take it (the message
  * will come again). m is valid during the call only. */
 typedef void (*cs_settled_cb)(void *arg, cs_msg *m, int ok);
 
 typedef struct {
   uv_loop_t *loop;
+  unsigned window;     /* --concurrency: the most messages the flow holds */
   int64_t lock_ttl_ms; /* how long a message may stay with a consumer that
                           said nothing before others take it over */
   void (*on_message)(void *arg, cs_msg *m);
@@ -58,8 +68,9 @@ typedef struct {
   int (*open)(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why);
   /* The flow can take credit more messages (its free concurrency). */
   void (*credit)(cs_broker *b, unsigned credit);
-  /* Done with m for good: it must not come again. */
-  void (*ack)(cs_broker *b, cs_msg *m, cs_settled_cb cb, void *arg);
+  /* Done with m for good: it must not come again. answer (may be NULL) is
+   * what the store keeps for it. */
+  void (*ack)(cs_broker *b, cs_msg *m, const cs_answer *answer, cs_settled_cb cb, void *arg);
   /* Deliver m again, to any consumer, no sooner than delay_ms from now. */
   void (*later)(cs_broker *b, cs_msg *m, int64_t delay_ms, cs_settled_cb cb, void *arg);
   /* Move m to the dead letters with reason (and its headers), then ack it:
@@ -86,5 +97,7 @@ extern const cs_broker_vt cs_broker_redis;
 int cs_redis_check(const char *uri, char *err, size_t errlen);
 extern const cs_broker_vt cs_broker_nats;
 int cs_nats_check(const char *uri, char *err, size_t errlen);
+extern const cs_broker_vt cs_broker_amqp;
+int cs_amqp_check(const char *uri, char *err, size_t errlen);
 
 #endif

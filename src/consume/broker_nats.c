@@ -415,7 +415,9 @@ static void on_wake(uv_async_t *a) {
   maybe_done(b);
 }
 
-static void n_ack(cs_broker *base, cs_msg *msg, cs_settled_cb cb, void *arg) {
+static void n_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_settled_cb cb,
+                  void *arg) {
+  (void)answer;
   nmsg *m = (nmsg *)msg;
   (void)base;
   m->cb = cb;

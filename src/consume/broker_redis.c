@@ -232,7 +232,9 @@ static void settle_send(rmsg *m, int argc, const char **argv, const size_t *lens
   settle_fail(m);
 }
 
-static void r_ack(cs_broker *base, cs_msg *msg, cs_settled_cb cb, void *arg) {
+static void r_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_settled_cb cb,
+                  void *arg) {
+  (void)answer;
   rbroker *b = (rbroker *)base;
   rmsg *m = (rmsg *)msg;
   m->cb = cb;

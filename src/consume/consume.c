@@ -148,9 +148,16 @@ static void on_settled(void *arg, cs_msg *m, int ok) {
   job_end(j);
 }
 
-static void settle_ack(cs_job *j, cs_outcome o) {
+static void settle_ack(cs_job *j, const cs_answer *answer, cs_outcome o) {
   cs_metrics_outcome(o);
-  j->f->broker->vt->ack(j->f->broker, j->m, on_settled, j);
+  j->f->broker->vt->ack(j->f->broker, j->m, answer, on_settled, j);
+}
+
+/* The answer being kept (keep()'s), for ack. */
+static cs_answer kept_answer(const cs_job *j) {
+  cs_answer a = {.status = j->keep_status, .body = j->keep_b->p ? j->keep_b->p : "",
+                 .body_len = j->keep_b->len};
+  return a;
 }
 
 static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o) {
@@ -270,7 +277,8 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
   if (!res->err || res->err == IDEM_ESTALE) {
     /* stale: the lease was taken over, and the other answer is the one kept */
-    settle_ack(j, CS_OUT_EXECUTED);
+    cs_answer a = kept_answer(j);
+    settle_ack(j, res->err ? NULL : &a, CS_OUT_EXECUTED);
     return;
   }
   if (res->err == IDEM_EFULL && !j->keep_marker) {
@@ -341,7 +349,9 @@ static void on_answer(void *arg, upstream_response *r) {
   char what[64];
   if (r->kind == UP_OK && (policy_status_stored(r->status) || j->too_large)) {
     if (j->bypass) {
-      settle_ack(j, j->f->cfg->no_store ? CS_OUT_FORWARDED : CS_OUT_BYPASS);
+      cs_answer a = {.status = r->status, .body = r->body.p ? r->body.p : "",
+                     .body_len = r->body.len};
+      settle_ack(j, &a, j->f->cfg->no_store ? CS_OUT_FORWARDED : CS_OUT_BYPASS);
       return;
     }
     j->keep_status = r->status;
@@ -447,9 +457,13 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     }
     call_handler(j);
     return;
-  case IDEM_REPLAY:
-    settle_ack(j, CS_OUT_REPLAYED);
+  case IDEM_REPLAY: {
+    const idem_response *rr = res->record ? &res->record->response : NULL;
+    cs_answer a = {.status = rr ? rr->status : 0, .body = rr ? rr->body : NULL,
+                   .body_len = rr ? rr->body_len : 0, .replayed = 1};
+    settle_ack(j, rr ? &a : NULL, CS_OUT_REPLAYED);
     return;
+  }
   case IDEM_BUSY:
     cs_metrics_outcome(CS_OUT_BUSY);
     if (held_here(j)) {
@@ -628,7 +642,8 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
     }
     fprintf(stderr, "idem consume: admin listening on %s:%d\n", cfg->admin.host, cfg->admin.port);
   }
-  cs_broker_opts bo = {.loop = &f->loop, .lock_ttl_ms = cfg->lock_ttl_ms,
+  cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)cfg->concurrency,
+                       .lock_ttl_ms = cfg->lock_ttl_ms,
                        .on_message = on_message, .on_state = on_broker_state, .arg = f};
   char *why = NULL;
   if (cs_broker_open(cfg->from, &bo, &f->broker, &why)) {

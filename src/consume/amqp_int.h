@@ -1,0 +1,80 @@
+/*
+ * amqp_int.h - what broker_amqp.c (the loop's side) and amqp_thread.c (the
+ * thread that owns the librabbitmq connection) share. Internal.
+ */
+#ifndef IDEM_CONSUME_AMQP_INT_H
+#define IDEM_CONSUME_AMQP_INT_H
+
+#include <stdint.h>
+
+#include <amqp.h>
+#include <uv.h>
+
+#include "consume/broker.h"
+#include "consume/broker_uri.h"
+
+#define CH 1
+#define BACKOFF_MAX_MS 2000
+
+enum { OP_ACK = 1, OP_LATER, OP_DEAD };
+
+typedef struct abroker abroker;
+
+typedef struct amsg {
+  cs_msg m;
+  abroker *b;
+  uint64_t tag;
+  unsigned gen; /* the connection it came on */
+  char *reply_to, *correlation_id;
+  int op;
+  uint64_t due_ms; /* later: when to republish (uv_hrtime based) */
+  char reason[512];
+  int status, replayed;
+  char *answer;
+  size_t answer_len;
+  uint64_t pub_seq; /* the publish awaiting its confirm, 0 when none */
+  cs_settled_cb cb;
+  void *arg;
+  int ok;
+  struct amsg *next;
+} amsg;
+
+struct abroker {
+  cs_broker base;
+  cs_broker_opts o;
+  cs_uri uri;
+  const char *queue;
+  char dead_queue[300];
+  unsigned prefetch;
+  /* shared, under mu */
+  uv_mutex_t mu;
+  amsg *cmdq, *inq, *doneq; /* loop->thread, thread->loop, thread->loop */
+  int stop;                 /* 1: no more deliveries, 2: close and exit */
+  int thread_done;
+  int up, up_seen;
+  int wake_fd[2];
+  /* the thread's */
+  uv_thread_t thread;
+  amqp_connection_state_t conn;
+  unsigned gen;
+  uint64_t next_seq;
+  amsg *waiting; /* delayed or awaiting a confirm */
+  /* the loop's */
+  uv_async_t async;
+  size_t outstanding;
+  int closing;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+/* broker_amqp.c */
+char *amqp_dup(const void *p, size_t n);
+amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg);
+
+/* amqp_thread.c */
+void amqp_thread_main(void *arg);
+void amqp_push(abroker *b, amsg **q, amsg *m);
+void amqp_wake_thread(abroker *b);
+uint64_t amqp_now_ms(void);
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * amqp_thread.c - the thread of the amqp:// broker (see broker_amqp.c): it
+ * owns the librabbitmq connection and makes every call on it. It connects
+ * (with backoff), runs the settles the loop queues, republishes postponed
+ * messages when due, reads frames (deliveries, publisher confirms, closes)
+ * and hands deliveries and settled messages back to the loop.
+ */
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <amqp_tcp_socket.h>
+
+#include "consume/amqp_int.h"
+
+
+/* ---- the thread: talking to the loop ---- */
+
+void amqp_wake_thread(abroker *b) {
+  char c = 1;
+  ssize_t n = write(b->wake_fd[1], &c, 1);
+  (void)n; /* a full pipe already wakes it */
+}
+
+void amqp_push(abroker *b, amsg **q, amsg *m) {
+  uv_mutex_lock(&b->mu);
+  m->next = *q;
+  *q = m;
+  uv_mutex_unlock(&b->mu);
+}
+
+static void finish(abroker *b, amsg *m, int ok) {
+  m->ok = ok;
+  amqp_push(b, &b->doneq, m);
+  uv_async_send(&b->async);
+}
+
+static void set_up(abroker *b, int up) {
+  uv_mutex_lock(&b->mu);
+  b->up = up;
+  uv_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+
+/* ---- the thread: the connection ---- */
+
+static int rpc_failed(abroker *b, const char *what, char *why, size_t len) {
+  amqp_rpc_reply_t r = amqp_get_rpc_reply(b->conn);
+  if (r.reply_type == AMQP_RESPONSE_NORMAL)
+    return 0;
+  if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
+    snprintf(why, len, "%s: %s", what, amqp_error_string2(r.library_error));
+  else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD || r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+    const amqp_channel_close_t *c = r.reply.decoded; /* same layout for both */
+    snprintf(why, len, "%s: server said %u %.*s", what, c->reply_code, (int)c->reply_text.len,
+             (const char *)c->reply_text.bytes);
+  } else
+    snprintf(why, len, "%s: server error", what);
+  return -1;
+}
+
+static int connect_broker(abroker *b, char *why, size_t len) {
+  b->conn = amqp_new_connection();
+  amqp_socket_t *sock = b->conn ? amqp_tcp_socket_new(b->conn) : NULL;
+  struct timeval tv = {2, 0};
+  int rc = sock ? amqp_socket_open_noblock(sock, b->uri.host, b->uri.port, &tv) : AMQP_STATUS_NO_MEMORY;
+  if (rc) {
+    snprintf(why, len, "cannot connect: %s", amqp_error_string2(rc));
+    return -1;
+  }
+  const char *vhost = *b->uri.path ? b->uri.path : "/";
+  amqp_rpc_reply_t r = amqp_login(b->conn, vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
+                                  b->uri.user ? b->uri.user : "guest",
+                                  b->uri.password ? b->uri.password : "guest");
+  if (r.reply_type != AMQP_RESPONSE_NORMAL)
+    return rpc_failed(b, "login", why, len) ? -1 : (snprintf(why, len, "login refused"), -1);
+  amqp_channel_open(b->conn, CH);
+  if (rpc_failed(b, "channel.open", why, len))
+    return -1;
+  amqp_basic_qos(b->conn, CH, 0, (uint16_t)b->prefetch, 0);
+  if (rpc_failed(b, "basic.qos", why, len))
+    return -1;
+  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(b->queue), 0, 1, 0, 0, amqp_empty_table);
+  if (rpc_failed(b, "queue.declare", why, len))
+    return -1;
+  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(b->dead_queue), 0, 1, 0, 0, amqp_empty_table);
+  if (rpc_failed(b, "queue.declare of the dead letters", why, len))
+    return -1;
+  amqp_confirm_select(b->conn, CH);
+  if (rpc_failed(b, "confirm.select", why, len))
+    return -1;
+  amqp_basic_consume(b->conn, CH, amqp_cstring_bytes(b->queue), amqp_empty_bytes, 0, 0, 0,
+                     amqp_empty_table);
+  if (rpc_failed(b, "basic.consume", why, len))
+    return -1;
+  b->gen++;
+  b->next_seq = 1;
+  return 0;
+}
+
+static void teardown(abroker *b, int graceful) {
+  while (b->waiting) {
+    amsg *m = b->waiting;
+    b->waiting = m->next;
+    finish(b, m, 0);
+  }
+  if (b->conn) {
+    if (graceful)
+      amqp_connection_close(b->conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(b->conn);
+    b->conn = NULL;
+  }
+  set_up(b, 0);
+}
+
+/* ---- the thread: publishing, confirms ---- */
+
+static amqp_table_entry_t entry(const char *key, const char *value, size_t len) {
+  amqp_table_entry_t e;
+  e.key = amqp_cstring_bytes(key);
+  e.value.kind = AMQP_FIELD_KIND_UTF8;
+  e.value.value.bytes.bytes = (void *)value;
+  e.value.value.bytes.len = len;
+  return e;
+}
+
+/* Publish for m (op decides what and where), to be confirmed: 0 or -1. */
+static int publish_for(abroker *b, amsg *m) {
+  amqp_basic_properties_t p = {0};
+  amqp_table_entry_t e[64 + 4];
+  int n = 0;
+  char num[16], status[16];
+  const char *to = m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to;
+  amqp_bytes_t body = {m->m.body_len, m->m.body};
+  p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+  p.delivery_mode = 2;
+  if (m->op == OP_ACK) { /* the answer, to reply_to */
+    body = (amqp_bytes_t){m->answer_len, m->answer};
+    snprintf(status, sizeof status, "%d", m->status);
+    e[n++] = entry("x-idem-status", status, strlen(status));
+    e[n++] = entry("x-idem-replayed", m->replayed ? "true" : "false", m->replayed ? 4 : 5);
+  } else {
+    snprintf(num, sizeof num, "%u", m->m.deliveries);
+    e[n++] = entry("x-idem-deliveries", num, strlen(num));
+    if (m->op == OP_DEAD) {
+      e[n++] = entry("x-idem-reason", m->reason, strlen(m->reason));
+      e[n++] = entry("x-idem-id", m->m.id, strlen(m->m.id));
+    }
+    for (size_t i = 0; i < m->m.nheaders && n < 64; i++)
+      if (strcasecmp(m->m.headers[i].name, "x-idem-deliveries"))
+        e[n++] = entry(m->m.headers[i].name, m->m.headers[i].value, m->m.headers[i].value_len);
+    if (m->m.message_id) {
+      p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+      p.message_id = amqp_cstring_bytes(m->m.message_id);
+    }
+    if (m->m.content_type) {
+      p._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+      p.content_type = amqp_cstring_bytes(m->m.content_type);
+    }
+    if (m->reply_to) {
+      p._flags |= AMQP_BASIC_REPLY_TO_FLAG;
+      p.reply_to = amqp_cstring_bytes(m->reply_to);
+    }
+  }
+  if (m->correlation_id) {
+    p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+    p.correlation_id = amqp_cstring_bytes(m->correlation_id);
+  }
+  p.headers.num_entries = n;
+  p.headers.entries = e;
+  if (amqp_basic_publish(b->conn, CH, amqp_empty_bytes, amqp_cstring_bytes(to), 0, 0, &p, body))
+    return -1;
+  m->pub_seq = b->next_seq++;
+  m->next = b->waiting;
+  b->waiting = m;
+  return 0;
+}
+
+static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
+  for (amsg **pp = &b->waiting; *pp;) {
+    amsg *m = *pp;
+    if (!m->pub_seq || (multiple ? m->pub_seq > tag : m->pub_seq != tag)) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    int rc = ok ? amqp_basic_ack(b->conn, CH, m->tag, 0) : amqp_basic_nack(b->conn, CH, m->tag, 0, 1);
+    finish(b, m, ok && rc == 0);
+  }
+}
+
+/* ---- the thread: commands and frames ---- */
+
+uint64_t amqp_now_ms(void) { return uv_hrtime() / 1000000; }
+
+/* One settle asked by the loop. 0, or -1 when the connection failed. */
+static int run_command(abroker *b, amsg *m) {
+  if (!b->conn || m->gen != b->gen) {
+    finish(b, m, 0); /* its connection is gone: the broker requeued it */
+    return 0;
+  }
+  if (m->op == OP_ACK && !(m->reply_to && m->status)) {
+    int rc = amqp_basic_ack(b->conn, CH, m->tag, 0);
+    finish(b, m, rc == 0);
+    return rc ? -1 : 0;
+  }
+  if (m->op == OP_LATER && m->due_ms > amqp_now_ms()) {
+    m->pub_seq = 0; /* waits here, unacked, until due */
+    m->next = b->waiting;
+    b->waiting = m;
+    return 0;
+  }
+  if (publish_for(b, m)) {
+    finish(b, m, 0);
+    return -1;
+  }
+  return 0;
+}
+
+/* Republish the postponed messages that are due; the next due time. */
+static int run_due(abroker *b, uint64_t *next_due) {
+  uint64_t now = amqp_now_ms();
+  *next_due = now + 1000;
+  for (amsg **pp = &b->waiting; *pp;) {
+    amsg *m = *pp;
+    if (m->pub_seq || m->op != OP_LATER) {
+      pp = &m->next;
+      continue;
+    }
+    if (m->due_ms > now) {
+      if (m->due_ms < *next_due)
+        *next_due = m->due_ms;
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    if (publish_for(b, m)) {
+      finish(b, m, 0);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int on_deliver(abroker *b, const amqp_frame_t *f, int stopping) {
+  const amqp_basic_deliver_t *d = f->payload.method.decoded;
+  uint64_t tag = d->delivery_tag;
+  amqp_basic_deliver_t copy = *d;
+  amqp_message_t msg;
+  amqp_rpc_reply_t r = amqp_read_message(b->conn, f->channel, &msg, 0);
+  if (r.reply_type != AMQP_RESPONSE_NORMAL)
+    return -1;
+  amsg *m = stopping ? NULL : amqp_wrap(b, &copy, &msg);
+  amqp_destroy_message(&msg);
+  if (!m) /* stopping, or out of memory: back to the queue */
+    return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
+  amqp_push(b, &b->inq, m);
+  uv_async_send(&b->async);
+  return 0;
+}
+
+/* Read every frame there is without waiting: 0, or -1 when the
+ * connection failed or the server closed it (why says so). */
+static int read_frames(abroker *b, int stopping, char *why, size_t len) {
+  for (;;) {
+    amqp_frame_t f;
+    struct timeval zero = {0, 0};
+    int rc = amqp_simple_wait_frame_noblock(b->conn, &f, &zero);
+    if (rc == AMQP_STATUS_TIMEOUT)
+      break;
+    if (rc != AMQP_STATUS_OK) {
+      snprintf(why, len, "%s", amqp_error_string2(rc));
+      return -1;
+    }
+    if (f.frame_type != AMQP_FRAME_METHOD)
+      continue;
+    amqp_method_number_t id = f.payload.method.id;
+    if (id == AMQP_BASIC_DELIVER_METHOD) {
+      if (on_deliver(b, &f, stopping))
+        return snprintf(why, len, "reading a message failed"), -1;
+    } else if (id == AMQP_BASIC_ACK_METHOD) {
+      const amqp_basic_ack_t *a = f.payload.method.decoded;
+      confirmed(b, a->delivery_tag, a->multiple, 1);
+    } else if (id == AMQP_BASIC_NACK_METHOD) {
+      const amqp_basic_nack_t *a = f.payload.method.decoded;
+      confirmed(b, a->delivery_tag, a->multiple, 0);
+    } else if (id == AMQP_CHANNEL_CLOSE_METHOD || id == AMQP_CONNECTION_CLOSE_METHOD ||
+               id == AMQP_BASIC_CANCEL_METHOD) {
+      return snprintf(why, len, "the server closed the channel or cancelled the consumer"), -1;
+    }
+  }
+  amqp_maybe_release_buffers(b->conn);
+  return 0;
+}
+
+/* Wait for the socket, the wake pipe or the next due time. */
+static void wait_io(abroker *b, uint64_t next_due) {
+  struct pollfd p[2] = {{.fd = b->wake_fd[0], .events = POLLIN}, {.fd = -1}};
+  if (b->conn) {
+    if (amqp_frames_enqueued(b->conn) || amqp_data_in_buffer(b->conn))
+      return;
+    p[1].fd = amqp_get_sockfd(b->conn);
+    p[1].events = POLLIN;
+  }
+  uint64_t now = amqp_now_ms();
+  int timeout = next_due > now ? (int)(next_due - now) : 0;
+  poll(p, 2, timeout > 1000 ? 1000 : timeout);
+  char buf[256];
+  while (read(b->wake_fd[0], buf, sizeof buf) > 0) {
+  }
+}
+
+static int take_stop(abroker *b, amsg **cmds) {
+  uv_mutex_lock(&b->mu);
+  int stop = b->stop;
+  *cmds = b->cmdq;
+  b->cmdq = NULL;
+  uv_mutex_unlock(&b->mu);
+  return stop;
+}
+
+static void note_down(abroker *b, const char *why, char *last, size_t len) {
+  if (strcmp(why, last))
+    fprintf(stderr, "idem consume: amqp broker %s:%d: %s; reconnecting\n", b->uri.host, b->uri.port,
+            why);
+  snprintf(last, len, "%s", why);
+}
+
+void amqp_thread_main(void *arg) {
+  abroker *b = arg;
+  char why[300], last[300] = "";
+  int64_t backoff = 100;
+  for (;;) {
+    amsg *cmds;
+    int stop = take_stop(b, &cmds);
+    int failed = 0;
+    amsg *rev = NULL; /* oldest first: the queue is LIFO */
+    while (cmds) {
+      amsg *n = cmds->next;
+      cmds->next = rev;
+      rev = cmds;
+      cmds = n;
+    }
+    for (amsg *m = rev, *next; m; m = next) {
+      next = m->next;
+      failed |= run_command(b, m);
+    }
+    if (stop == 2)
+      break;
+    if (!b->conn) {
+      if (stop) { /* nothing will come: what the loop still holds fails */
+        wait_io(b, amqp_now_ms() + 100);
+        continue;
+      }
+      if (connect_broker(b, why, sizeof why)) {
+        note_down(b, why, last, sizeof last);
+        teardown(b, 0);
+        wait_io(b, amqp_now_ms() + (uint64_t)backoff);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        continue;
+      }
+      if (last[0])
+        fprintf(stderr, "idem consume: amqp broker %s:%d: connected again\n", b->uri.host,
+                b->uri.port);
+      last[0] = 0;
+      backoff = 100;
+      set_up(b, 1);
+    }
+    uint64_t next_due;
+    snprintf(why, sizeof why, "publish failed");
+    if (failed || run_due(b, &next_due) || read_frames(b, stop, why, sizeof why)) {
+      note_down(b, why, last, sizeof last);
+      teardown(b, 0);
+      continue;
+    }
+    wait_io(b, next_due);
+  }
+  teardown(b, 1);
+  uv_mutex_lock(&b->mu);
+  b->thread_done = 1;
+  uv_mutex_unlock(&b->mu);
+  uv_async_send(&b->async);
+}
+

@@ -1,0 +1,331 @@
+/*
+ * broker_amqp.c - RabbitMQ (AMQP 0-9-1, librabbitmq) as a broker for
+ * `idem consume`:
+ *
+ *   amqp://user:pass@host[:port]/vhost?queue=NAME[&prefetch=N]
+ *
+ * librabbitmq is blocking and not thread-safe, so one thread of this file
+ * owns the connection and makes every call; the loop talks to it through
+ * two queues (commands one way, deliveries and settles the other), a pipe
+ * that wakes its poll, and a uv_async that wakes the loop.
+ *
+ * The connection: the queue declared (durable) with NAME.dead beside it,
+ * basic.qos with the prefetch (default --concurrency), publisher confirms
+ * on, basic.consume with manual acks. Settles:
+ *   ack    basic.ack; when the message has reply_to, the kept answer is
+ *          first published there (correlation_id copied, header
+ *          x-idem-status, x-idem-replayed), confirmed, then the ack.
+ *   later  after the delay (the message stays unacked meanwhile), a copy
+ *          is published to the queue with x-idem-deliveries counting, and
+ *          once confirmed the original is acked. Classic queues count no
+ *          deliveries and a nack with requeue comes back at once, so the
+ *          count and the delay are idem's. A consumer that dies first: the
+ *          broker requeues the original, flagged redelivered (counted once).
+ *   dead   published to NAME.dead with x-idem-reason, x-idem-id,
+ *          x-idem-deliveries and the original headers and properties,
+ *          confirmed, then the original acked.
+ * A publish the broker refuses: the original is nacked with requeue.
+ * Connection lost: the broker requeues what was unacked; settles of the
+ * old connection fail (ok 0); reconnection backs off from 100 ms to 2 s.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "consume/amqp_int.h"
+#include "idem/idem.h"
+
+static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
+  static const char *const known[] = {"queue", "prefetch", NULL};
+  if (cs_uri_parse(text, u, err, len))
+    return -1;
+  if (strcmp(u->scheme, "amqp"))
+    return snprintf(err, len, "not an amqp:// URI"), -1;
+  if (cs_uri_known(u, known, err, len))
+    return -1;
+  const char *q = cs_uri_param(u, "queue"), *p = cs_uri_param(u, "prefetch");
+  if (!q || !*q || strlen(q) > 200)
+    return snprintf(err, len, "an AMQP broker needs ?queue=NAME"), -1;
+  if (p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (!*p || *end || v < 1 || v > 65535)
+      return snprintf(err, len, "prefetch is a number from 1 to 65535, not '%s'", p), -1;
+  }
+  if (!u->port)
+    u->port = 5672;
+  return 0;
+}
+
+int cs_amqp_check(const char *uri, char *err, size_t len) {
+  cs_uri u;
+  int rc = check_uri(uri, &u, err, len);
+  cs_uri_clear(&u);
+  return rc;
+}
+
+/* ---- messages ---- */
+
+char *amqp_dup(const void *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (d) {
+    if (n)
+      memcpy(d, p, n);
+    d[n] = 0;
+  }
+  return d;
+}
+
+static char *prop_str(const amqp_basic_properties_t *p, amqp_flags_t flag, amqp_bytes_t v) {
+  return (p->_flags & flag) ? amqp_dup(v.bytes, v.len) : NULL;
+}
+
+static void msg_free(amsg *m) {
+  free(m->m.id);
+  free(m->m.body);
+  for (size_t i = 0; i < m->m.nheaders; i++) {
+    free(m->m.headers[i].name);
+    free(m->m.headers[i].value);
+  }
+  free(m->m.headers);
+  free((char *)m->m.message_id);
+  free((char *)m->m.content_type);
+  free(m->reply_to);
+  free(m->correlation_id);
+  free(m->answer);
+  free(m);
+}
+
+/* A header value as text: strings as they are, numbers in decimal. */
+static char *field_text(const amqp_field_value_t *v, size_t *len) {
+  char buf[32];
+  switch (v->kind) {
+  case AMQP_FIELD_KIND_UTF8:
+  case AMQP_FIELD_KIND_BYTES:
+    *len = v->value.bytes.len;
+    return amqp_dup(v->value.bytes.bytes, v->value.bytes.len);
+  case AMQP_FIELD_KIND_BOOLEAN: snprintf(buf, sizeof buf, "%s", v->value.boolean ? "true" : "false"); break;
+  case AMQP_FIELD_KIND_I8: snprintf(buf, sizeof buf, "%d", v->value.i8); break;
+  case AMQP_FIELD_KIND_U8: snprintf(buf, sizeof buf, "%u", v->value.u8); break;
+  case AMQP_FIELD_KIND_I16: snprintf(buf, sizeof buf, "%d", v->value.i16); break;
+  case AMQP_FIELD_KIND_U16: snprintf(buf, sizeof buf, "%u", v->value.u16); break;
+  case AMQP_FIELD_KIND_I32: snprintf(buf, sizeof buf, "%d", v->value.i32); break;
+  case AMQP_FIELD_KIND_U32: snprintf(buf, sizeof buf, "%u", v->value.u32); break;
+  case AMQP_FIELD_KIND_I64: snprintf(buf, sizeof buf, "%lld", (long long)v->value.i64); break;
+  case AMQP_FIELD_KIND_U64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
+  default: return NULL; /* tables, arrays, floats, timestamps: not passed on */
+  }
+  *len = strlen(buf);
+  return amqp_dup(buf, *len);
+}
+
+static unsigned count_header(const amsg *m, const char *name) {
+  for (size_t i = 0; i < m->m.nheaders; i++)
+    if (!strcasecmp(m->m.headers[i].name, name))
+      return (unsigned)strtoul(m->m.headers[i].value, NULL, 10);
+  return 0;
+}
+
+amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg) {
+  amsg *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  const amqp_basic_properties_t *p = &msg->properties;
+  m->b = b;
+  m->tag = d->delivery_tag;
+  m->gen = b->gen;
+  m->m.body = amqp_dup(msg->body.bytes, msg->body.len);
+  m->m.body_len = msg->body.len;
+  m->m.message_id = prop_str(p, AMQP_BASIC_MESSAGE_ID_FLAG, p->message_id);
+  m->m.content_type = prop_str(p, AMQP_BASIC_CONTENT_TYPE_FLAG, p->content_type);
+  m->reply_to = prop_str(p, AMQP_BASIC_REPLY_TO_FLAG, p->reply_to);
+  m->correlation_id = prop_str(p, AMQP_BASIC_CORRELATION_ID_FLAG, p->correlation_id);
+  int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
+  m->m.headers = calloc((size_t)n + 1, sizeof *m->m.headers);
+  for (int i = 0; m->m.headers && i < n; i++) {
+    const amqp_table_entry_t *e = &p->headers.entries[i];
+    size_t vlen = 0;
+    char *v = field_text(&e->value, &vlen);
+    if (!v)
+      continue;
+    cs_header *h = &m->m.headers[m->m.nheaders++];
+    h->name = amqp_dup(e->key.bytes, e->key.len);
+    h->value = v;
+    h->value_len = vlen;
+  }
+  m->m.deliveries = count_header(m, "x-idem-deliveries") + 1 + (d->redelivered ? 1 : 0);
+  if (asprintf(&m->m.id, "%s#%llu", b->queue, (unsigned long long)d->delivery_tag) < 0)
+    m->m.id = NULL;
+  if (!m->m.body || !m->m.headers || !m->m.id) {
+    msg_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* ---- the loop ---- */
+
+static void maybe_done(abroker *b);
+
+static amsg *reverse(amsg *q) {
+  amsg *rev = NULL;
+  while (q) {
+    amsg *n = q->next;
+    q->next = rev;
+    rev = q;
+    q = n;
+  }
+  return rev;
+}
+
+static void on_async(uv_async_t *a) {
+  abroker *b = a->data;
+  uv_mutex_lock(&b->mu);
+  amsg *in = reverse(b->inq), *done = reverse(b->doneq);
+  b->inq = b->doneq = NULL;
+  int up = b->up;
+  uv_mutex_unlock(&b->mu);
+  if (up != b->up_seen) {
+    b->up_seen = up;
+    if (b->o.on_state)
+      b->o.on_state(b->o.arg, up);
+  }
+  for (amsg *m = done, *next; m; m = next) {
+    next = m->next;
+    if (m->cb)
+      m->cb(m->arg, &m->m, m->ok);
+    msg_free(m);
+    b->outstanding--;
+  }
+  for (amsg *m = in, *next; m; m = next) {
+    next = m->next;
+    b->outstanding++;
+    b->o.on_message(b->o.arg, &m->m);
+  }
+  maybe_done(b);
+}
+
+static void command(abroker *b, amsg *m, int op, cs_settled_cb cb, void *arg) {
+  m->op = op;
+  m->cb = cb;
+  m->arg = arg;
+  amqp_push(b, &b->cmdq, m);
+  amqp_wake_thread(b);
+}
+
+static void a_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_settled_cb cb,
+                  void *arg) {
+  amsg *m = (amsg *)msg;
+  if (m->reply_to && answer && answer->status) {
+    m->status = answer->status;
+    m->replayed = answer->replayed;
+    m->answer = amqp_dup(answer->body ? answer->body : "", answer->body_len);
+    m->answer_len = m->answer ? answer->body_len : 0;
+  }
+  command((abroker *)base, m, OP_ACK, cb, arg);
+}
+
+static void a_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+  amsg *m = (amsg *)msg;
+  m->due_ms = amqp_now_ms() + (uint64_t)(delay_ms > 0 ? delay_ms : 0);
+  command((abroker *)base, m, OP_LATER, cb, arg);
+}
+
+static void a_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_cb cb, void *arg) {
+  amsg *m = (amsg *)msg;
+  snprintf(m->reason, sizeof m->reason, "%s", reason);
+  command((abroker *)base, m, OP_DEAD, cb, arg);
+}
+
+static void a_credit(cs_broker *base, unsigned n) {
+  (void)base; /* basic.qos prefetch is the window */
+  (void)n;
+}
+
+static void async_closed(uv_handle_t *h) {
+  abroker *b = h->data;
+  void (*done)(void *) = b->done;
+  void *arg = b->done_arg;
+  close(b->wake_fd[0]);
+  close(b->wake_fd[1]);
+  uv_mutex_destroy(&b->mu);
+  cs_uri_clear(&b->uri);
+  free(b);
+  if (done)
+    done(arg);
+}
+
+/* Closing: no more deliveries (stop 1); once every delivered message is
+ * settled, the thread closes the connection and ends (stop 2). */
+static void maybe_done(abroker *b) {
+  if (!b->closing || b->outstanding || uv_is_closing((uv_handle_t *)&b->async))
+    return;
+  uv_mutex_lock(&b->mu);
+  int finished = b->thread_done, pending = b->inq || b->doneq;
+  if (!finished)
+    b->stop = 2;
+  uv_mutex_unlock(&b->mu);
+  if (pending)
+    return;
+  if (!finished) {
+    amqp_wake_thread(b);
+    return; /* its async comes when it ends */
+  }
+  uv_thread_join(&b->thread);
+  uv_close((uv_handle_t *)&b->async, async_closed);
+}
+
+static void a_close(cs_broker *base, void (*done)(void *), void *arg) {
+  abroker *b = (abroker *)base;
+  b->closing = 1;
+  b->done = done;
+  b->done_arg = arg;
+  uv_mutex_lock(&b->mu);
+  if (!b->stop)
+    b->stop = 1;
+  uv_mutex_unlock(&b->mu);
+  amqp_wake_thread(b);
+  maybe_done(b);
+}
+
+static int a_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
+  char err[256];
+  abroker *b = calloc(1, sizeof *b);
+  if (!b)
+    return IDEM_ENOMEM;
+  if (check_uri(uri, &b->uri, err, sizeof err) || pipe2(b->wake_fd, O_NONBLOCK | O_CLOEXEC)) {
+    *why = strdup(b->uri.scheme[0] ? err : "cannot make a pipe");
+    cs_uri_clear(&b->uri);
+    free(b);
+    return IDEM_EURI;
+  }
+  b->base.vt = &cs_broker_amqp;
+  b->o = *o;
+  b->queue = cs_uri_param(&b->uri, "queue");
+  snprintf(b->dead_queue, sizeof b->dead_queue, "%s.dead", b->queue);
+  const char *p = cs_uri_param(&b->uri, "prefetch");
+  b->prefetch = p ? (unsigned)atoi(p) : o->window > 65535 ? 65535 : o->window;
+  uv_mutex_init(&b->mu);
+  uv_async_init(o->loop, &b->async, on_async);
+  b->async.data = b;
+  if (uv_thread_create(&b->thread, amqp_thread_main, b)) {
+    *why = strdup("cannot start a thread");
+    b->closing = 1;
+    uv_close((uv_handle_t *)&b->async, async_closed);
+    return IDEM_ENOMEM;
+  }
+  *out = &b->base;
+  return 0;
+}
+
+const cs_broker_vt cs_broker_amqp = {
+    .scheme = "amqp",
+    .open = a_open,
+    .credit = a_credit,
+    .ack = a_ack,
+    .later = a_later,
+    .dead = a_dead,
+    .close = a_close,
+};

@@ -1,0 +1,132 @@
+"""test_consume_amqp.py - `idem consume` on RabbitMQ, against a real
+rabbitmq-server (rabbitmq_server.py: its own node, ports and epmd, one per
+test class) and the counting handler of consume_harness.py: every row of the
+outcome table (consume_cases.OutcomeTests), dead letters in NAME.dead, the
+answer published to reply_to (also on replay), SIGTERM, a bad URI.
+"""
+
+import itertools
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import run_idem  # noqa: E402
+from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
+from rabbitmq_server import AmqpClient, RabbitServer  # noqa: E402
+
+_queues = itertools.count()
+
+
+class AmqpCase(BrokerCase):
+    """The RabbitMQ side of consume_cases' broker interface: one server per
+    class, a fresh queue per test (the STREAM name of the shared tests maps
+    to it)."""
+
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = RabbitServer().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.cleanup()
+
+    def start_broker(self):
+        self.queue = "orders-%d" % next(_queues)
+        self._dead = []
+        if not self.server.alive():
+            self.server.start()
+        c = AmqpClient(self.server.port)
+        c.declare(self.queue)
+        c.close()
+
+    def stop_broker(self):
+        self.server.kill()
+
+    def start_broker_again(self):
+        self.server.start()
+
+    def restart_broker(self, outage):
+        self.server.kill()
+        time.sleep(outage)  # the outage (not a wait for a condition)
+        self.server.start()
+
+    def from_uri(self, stream=STREAM):
+        return "%s?queue=%s" % (self.server.url, self.queue)
+
+    def publish(self, entries, stream=STREAM):
+        msgs = []
+        for e in entries:
+            props = {"headers": {k: v for k, v in e.items()
+                                 if k not in ("body", "message_id", "content-type")}}
+            if "message_id" in e:
+                props["message_id"] = e["message_id"]
+            if "content-type" in e:
+                props["content_type"] = e["content-type"]
+            msgs.append((e.get("body", ""), props))
+        c = AmqpClient(self.server.port)
+        try:
+            c.publish_many(self.queue, msgs)
+        finally:
+            c.close()
+
+    def all_settled(self, stream=STREAM):
+        try:
+            return self.server.queue_counts(self.queue) == (0, 0)
+        except (RuntimeError, OSError):
+            return False
+
+    def pending(self, stream=STREAM):
+        return self.server.queue_counts(self.queue)[1]
+
+    def dead_letters(self, stream=STREAM):
+        c = AmqpClient(self.server.port)
+        try:
+            got = c.get_all(self.queue + ".dead")
+        finally:
+            c.close()
+        for props, body in got:  # taken off the queue: kept here
+            d = {k: str(v) for k, v in props.get("headers", {}).items()}
+            d["reason"] = d.pop("x-idem-reason")
+            d["deliveries"] = d.pop("x-idem-deliveries")
+            if "message_id" in props:
+                d["message_id"] = props["message_id"]
+            d["body"] = body
+            self._dead.append(d)
+        return list(self._dead)
+
+
+class Outcomes(AmqpCase, OutcomeTests):
+    def test_answer_goes_to_reply_to_also_on_replay(self):
+        c = AmqpClient(self.server.port)
+        c.declare("replies-" + self.queue)
+        self.consumer()
+        msgs = [("x", {"message_id": "k1", "reply_to": "replies-" + self.queue,
+                       "correlation_id": "c-%d" % i}) for i in range(2)]
+        c.publish_many(self.queue, msgs[:1])
+        self.wait_settled()
+        c.publish_many(self.queue, msgs[1:])
+        self.wait_settled()
+        replies = c.get_all("replies-" + self.queue)
+        c.close()
+        self.assertEqual(len(self.h.attempts("k1")), 1)
+        self.assertEqual([r[0]["correlation_id"] for r in replies], ["c-0", "c-1"])
+        self.assertEqual([r[0]["headers"]["x-idem-replayed"] for r in replies], ["false", "true"])
+        self.assertEqual({r[0]["headers"]["x-idem-status"] for r in replies}, {"200"})
+        self.assertEqual(replies[0][1], replies[1][1])
+        self.assertIn(b'"key":"k1"', replies[0][1])
+
+    def test_bad_uri_exits_2_naming_the_flag(self):
+        for uri in ["amqp://g:g@127.0.0.1:1/%2f", "amqp://g:g@127.0.0.1:1/?queue=q&prefetch=0",
+                    "amqp://g:g@127.0.0.1:1/?queue=q&x=1", "amqp://g:g@127.0.0.1:99999/?queue=q"]:
+            rc, out, err = run_idem(["consume", "--from", uri, "--to", "http://127.0.0.1:1/"])
+            self.assertEqual(rc, 2, (uri, err))
+            self.assertIn("--from", err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
