@@ -40,9 +40,7 @@ typedef struct amsg {
 } amsg;
 
 struct abroker {
-  cs_broker base;
-  cs_broker_opts o;
-  cs_uri uri;
+  cs_broker base; /* its URI, options, and closing state */
   const char *queue;
   char dead_queue[300];
   unsigned prefetch;
@@ -62,13 +60,9 @@ struct abroker {
   /* the loop's */
   uv_async_t async;
   size_t outstanding;
-  int closing;
-  void (*done)(void *);
-  void *done_arg;
 };
 
 /* broker_amqp.c */
-char *amqp_dup(const void *p, size_t n);
 amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg);
 
 /* amqp_thread.c */

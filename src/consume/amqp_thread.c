@@ -65,15 +65,15 @@ static int connect_broker(abroker *b, char *why, size_t len) {
   b->conn = amqp_new_connection();
   amqp_socket_t *sock = b->conn ? amqp_tcp_socket_new(b->conn) : NULL;
   struct timeval tv = {2, 0};
-  int rc = sock ? amqp_socket_open_noblock(sock, b->uri.host, b->uri.port, &tv) : AMQP_STATUS_NO_MEMORY;
+  int rc = sock ? amqp_socket_open_noblock(sock, b->base.uri.host, b->base.uri.port, &tv) : AMQP_STATUS_NO_MEMORY;
   if (rc) {
     snprintf(why, len, "cannot connect: %s", amqp_error_string2(rc));
     return -1;
   }
-  const char *vhost = *b->uri.path ? b->uri.path : "/";
+  const char *vhost = *b->base.uri.path ? b->base.uri.path : "/";
   amqp_rpc_reply_t r = amqp_login(b->conn, vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
-                                  b->uri.user ? b->uri.user : "guest",
-                                  b->uri.password ? b->uri.password : "guest");
+                                  b->base.uri.user ? b->base.uri.user : "guest",
+                                  b->base.uri.password ? b->base.uri.password : "guest");
   if (r.reply_type != AMQP_RESPONSE_NORMAL)
     return rpc_failed(b, "login", why, len) ? -1 : (snprintf(why, len, "login refused"), -1);
   amqp_channel_open(b->conn, CH);
@@ -323,7 +323,7 @@ static int take_stop(abroker *b, amsg **cmds) {
 
 static void note_down(abroker *b, const char *why, char *last, size_t len) {
   if (strcmp(why, last))
-    fprintf(stderr, "idem consume: amqp broker %s:%d: %s; reconnecting\n", b->uri.host, b->uri.port,
+    fprintf(stderr, "idem consume: amqp broker %s:%d: %s; reconnecting\n", b->base.uri.host, b->base.uri.port,
             why);
   snprintf(last, len, "%s", why);
 }
@@ -362,8 +362,8 @@ void amqp_thread_main(void *arg) {
         continue;
       }
       if (last[0])
-        fprintf(stderr, "idem consume: amqp broker %s:%d: connected again\n", b->uri.host,
-                b->uri.port);
+        fprintf(stderr, "idem consume: amqp broker %s:%d: connected again\n", b->base.uri.host,
+                b->base.uri.port);
       last[0] = 0;
       backoff = 100;
       set_up(b, 1);

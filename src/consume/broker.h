@@ -21,6 +21,8 @@
 
 #include <uv.h>
 
+#include "consume/broker_uri.h"
+
 typedef struct {
   char *name;
   char *value;
@@ -65,7 +67,14 @@ typedef struct {
 
 typedef struct {
   const char *scheme;
-  int (*open)(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why);
+  size_t size; /* of the broker's own struct, which starts with a cs_broker */
+  /* Parse and check a URI of this scheme into u (cleared by the caller):
+   * 0, or -1 with a sentence naming what is wrong and the accepted form. */
+  int (*check_uri)(const char *text, cs_uri *u, char *err, size_t len);
+  /* b is zeroed but for its cs_broker (URI, options). 0, or an error with
+   * a sentence in *why (malloc'd) after which the broker frees b itself
+   * (at once, or once its handles are closed). */
+  int (*start)(cs_broker *b, char **why);
   /* The flow can take credit more messages (its free concurrency). */
   void (*credit)(cs_broker *b, unsigned credit);
   /* Done with m for good: it must not come again. answer (may be NULL) is
@@ -77,13 +86,20 @@ typedef struct {
    * both or neither. */
   void (*dead)(cs_broker *b, cs_msg *m, const char *reason, cs_settled_cb cb, void *arg);
   /* Stop fetching; messages not yet settled stay with the broker (they come
-   * again). done runs on the loop once every handle is closed. Settles
+   * again). Called after b->closing, b->done and b->done_arg are set; the
+   * broker calls cs_broker_free once every handle is closed. Settles
    * submitted before close still complete first. */
-  void (*close)(cs_broker *b, void (*done)(void *arg), void *arg);
+  void (*close)(cs_broker *b);
 } cs_broker_vt;
 
+/* What every broker has: the first member of each broker's struct. */
 struct cs_broker {
   const cs_broker_vt *vt;
+  cs_broker_opts o;
+  cs_uri uri;
+  int closing;
+  void (*done)(void *arg); /* once closed */
+  void *done_arg;
 };
 
 /* The broker for uri's scheme (redis://, ...): IDEM_EURI with a sentence in
@@ -93,11 +109,20 @@ int cs_broker_open(const char *uri, const cs_broker_opts *o, cs_broker **out, ch
 /* Just the check of uri (for flag parsing): 0, or -1 with a sentence. */
 int cs_broker_check(const char *uri, char *err, size_t errlen);
 
+/* Stop fetching; done(arg) runs on the loop once every handle is closed. */
+void cs_broker_close(cs_broker *b, void (*done)(void *arg), void *arg);
+
+/* n bytes of p as a NUL-terminated copy (malloc'd), or NULL. */
+char *cs_dup(const void *p, size_t n);
+
+/* Free m's id and headers (a broker frees the rest of what it owns). */
+void cs_msg_free_headers(cs_msg *m);
+
+/* A broker's last step: frees b (its URI too), then calls its done. */
+void cs_broker_free(cs_broker *b);
+
 extern const cs_broker_vt cs_broker_redis;
-int cs_redis_check(const char *uri, char *err, size_t errlen);
 extern const cs_broker_vt cs_broker_nats;
-int cs_nats_check(const char *uri, char *err, size_t errlen);
 extern const cs_broker_vt cs_broker_amqp;
-int cs_amqp_check(const char *uri, char *err, size_t errlen);
 
 #endif

@@ -59,37 +59,16 @@ static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
   return 0;
 }
 
-int cs_amqp_check(const char *uri, char *err, size_t len) {
-  cs_uri u;
-  int rc = check_uri(uri, &u, err, len);
-  cs_uri_clear(&u);
-  return rc;
-}
 
 /* ---- messages ---- */
 
-char *amqp_dup(const void *p, size_t n) {
-  char *d = malloc(n + 1);
-  if (d) {
-    if (n)
-      memcpy(d, p, n);
-    d[n] = 0;
-  }
-  return d;
-}
-
 static char *prop_str(const amqp_basic_properties_t *p, amqp_flags_t flag, amqp_bytes_t v) {
-  return (p->_flags & flag) ? amqp_dup(v.bytes, v.len) : NULL;
+  return (p->_flags & flag) ? cs_dup(v.bytes, v.len) : NULL;
 }
 
 static void msg_free(amsg *m) {
-  free(m->m.id);
+  cs_msg_free_headers(&m->m);
   free(m->m.body);
-  for (size_t i = 0; i < m->m.nheaders; i++) {
-    free(m->m.headers[i].name);
-    free(m->m.headers[i].value);
-  }
-  free(m->m.headers);
   free((char *)m->m.message_id);
   free((char *)m->m.content_type);
   free(m->reply_to);
@@ -105,7 +84,7 @@ static char *field_text(const amqp_field_value_t *v, size_t *len) {
   case AMQP_FIELD_KIND_UTF8:
   case AMQP_FIELD_KIND_BYTES:
     *len = v->value.bytes.len;
-    return amqp_dup(v->value.bytes.bytes, v->value.bytes.len);
+    return cs_dup(v->value.bytes.bytes, v->value.bytes.len);
   case AMQP_FIELD_KIND_BOOLEAN: snprintf(buf, sizeof buf, "%s", v->value.boolean ? "true" : "false"); break;
   case AMQP_FIELD_KIND_I8: snprintf(buf, sizeof buf, "%d", v->value.i8); break;
   case AMQP_FIELD_KIND_U8: snprintf(buf, sizeof buf, "%u", v->value.u8); break;
@@ -118,7 +97,7 @@ static char *field_text(const amqp_field_value_t *v, size_t *len) {
   default: return NULL; /* tables, arrays, floats, timestamps: not passed on */
   }
   *len = strlen(buf);
-  return amqp_dup(buf, *len);
+  return cs_dup(buf, *len);
 }
 
 static unsigned count_header(const amsg *m, const char *name) {
@@ -136,7 +115,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
   m->b = b;
   m->tag = d->delivery_tag;
   m->gen = b->gen;
-  m->m.body = amqp_dup(msg->body.bytes, msg->body.len);
+  m->m.body = cs_dup(msg->body.bytes, msg->body.len);
   m->m.body_len = msg->body.len;
   m->m.message_id = prop_str(p, AMQP_BASIC_MESSAGE_ID_FLAG, p->message_id);
   m->m.content_type = prop_str(p, AMQP_BASIC_CONTENT_TYPE_FLAG, p->content_type);
@@ -151,7 +130,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
     if (!v)
       continue;
     cs_header *h = &m->m.headers[m->m.nheaders++];
-    h->name = amqp_dup(e->key.bytes, e->key.len);
+    h->name = cs_dup(e->key.bytes, e->key.len);
     h->value = v;
     h->value_len = vlen;
   }
@@ -189,8 +168,8 @@ static void on_async(uv_async_t *a) {
   uv_mutex_unlock(&b->mu);
   if (up != b->up_seen) {
     b->up_seen = up;
-    if (b->o.on_state)
-      b->o.on_state(b->o.arg, up);
+    if (b->base.o.on_state)
+      b->base.o.on_state(b->base.o.arg, up);
   }
   for (amsg *m = done, *next; m; m = next) {
     next = m->next;
@@ -202,7 +181,7 @@ static void on_async(uv_async_t *a) {
   for (amsg *m = in, *next; m; m = next) {
     next = m->next;
     b->outstanding++;
-    b->o.on_message(b->o.arg, &m->m);
+    b->base.o.on_message(b->base.o.arg, &m->m);
   }
   maybe_done(b);
 }
@@ -221,7 +200,7 @@ static void a_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_sett
   if (m->reply_to && answer && answer->status) {
     m->status = answer->status;
     m->replayed = answer->replayed;
-    m->answer = amqp_dup(answer->body ? answer->body : "", answer->body_len);
+    m->answer = cs_dup(answer->body ? answer->body : "", answer->body_len);
     m->answer_len = m->answer ? answer->body_len : 0;
   }
   command((abroker *)base, m, OP_ACK, cb, arg);
@@ -246,21 +225,16 @@ static void a_credit(cs_broker *base, unsigned n) {
 
 static void async_closed(uv_handle_t *h) {
   abroker *b = h->data;
-  void (*done)(void *) = b->done;
-  void *arg = b->done_arg;
   close(b->wake_fd[0]);
   close(b->wake_fd[1]);
   uv_mutex_destroy(&b->mu);
-  cs_uri_clear(&b->uri);
-  free(b);
-  if (done)
-    done(arg);
+  cs_broker_free(&b->base);
 }
 
 /* Closing: no more deliveries (stop 1); once every delivered message is
  * settled, the thread closes the connection and ends (stop 2). */
 static void maybe_done(abroker *b) {
-  if (!b->closing || b->outstanding || uv_is_closing((uv_handle_t *)&b->async))
+  if (!b->base.closing || b->outstanding || uv_is_closing((uv_handle_t *)&b->async))
     return;
   uv_mutex_lock(&b->mu);
   int finished = b->thread_done, pending = b->inq || b->doneq;
@@ -277,11 +251,8 @@ static void maybe_done(abroker *b) {
   uv_close((uv_handle_t *)&b->async, async_closed);
 }
 
-static void a_close(cs_broker *base, void (*done)(void *), void *arg) {
+static void a_close(cs_broker *base) {
   abroker *b = (abroker *)base;
-  b->closing = 1;
-  b->done = done;
-  b->done_arg = arg;
   uv_mutex_lock(&b->mu);
   if (!b->stop)
     b->stop = 1;
@@ -290,39 +261,35 @@ static void a_close(cs_broker *base, void (*done)(void *), void *arg) {
   maybe_done(b);
 }
 
-static int a_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
-  char err[256];
-  abroker *b = calloc(1, sizeof *b);
-  if (!b)
+static int a_start(cs_broker *base, char **why) {
+  abroker *b = (abroker *)base;
+  const cs_broker_opts *o = &b->base.o;
+  if (pipe2(b->wake_fd, O_NONBLOCK | O_CLOEXEC)) {
+    *why = strdup("cannot make a pipe");
+    cs_broker_free(&b->base);
     return IDEM_ENOMEM;
-  if (check_uri(uri, &b->uri, err, sizeof err) || pipe2(b->wake_fd, O_NONBLOCK | O_CLOEXEC)) {
-    *why = strdup(b->uri.scheme[0] ? err : "cannot make a pipe");
-    cs_uri_clear(&b->uri);
-    free(b);
-    return IDEM_EURI;
   }
-  b->base.vt = &cs_broker_amqp;
-  b->o = *o;
-  b->queue = cs_uri_param(&b->uri, "queue");
+  b->queue = cs_uri_param(&b->base.uri, "queue");
   snprintf(b->dead_queue, sizeof b->dead_queue, "%s.dead", b->queue);
-  const char *p = cs_uri_param(&b->uri, "prefetch");
+  const char *p = cs_uri_param(&b->base.uri, "prefetch");
   b->prefetch = p ? (unsigned)atoi(p) : o->window > 65535 ? 65535 : o->window;
   uv_mutex_init(&b->mu);
   uv_async_init(o->loop, &b->async, on_async);
   b->async.data = b;
   if (uv_thread_create(&b->thread, amqp_thread_main, b)) {
     *why = strdup("cannot start a thread");
-    b->closing = 1;
+    b->base.closing = 1;
     uv_close((uv_handle_t *)&b->async, async_closed);
     return IDEM_ENOMEM;
   }
-  *out = &b->base;
   return 0;
 }
 
 const cs_broker_vt cs_broker_amqp = {
     .scheme = "amqp",
-    .open = a_open,
+    .size = sizeof(abroker),
+    .check_uri = check_uri,
+    .start = a_start,
     .credit = a_credit,
     .ack = a_ack,
     .later = a_later,

@@ -54,9 +54,7 @@ typedef struct nmsg {
 } nmsg;
 
 struct nbroker {
-  cs_broker base;
-  cs_broker_opts o;
-  cs_uri uri;
+  cs_broker base; /* its URI, options, and closing state */
   const char *stream, *consumer;
   char subject[256], dead_subject[300], dead_stream[300];
   /* shared with the fetch thread, under mu */
@@ -77,9 +75,7 @@ struct nbroker {
   uv_timer_t done_timer;
   nmsg *doneq;
   size_t outstanding, works;
-  int closing, handles;
-  void (*done)(void *);
-  void *done_arg;
+  int handles;
 };
 
 static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
@@ -101,22 +97,11 @@ static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
   return 0;
 }
 
-int cs_nats_check(const char *uri, char *err, size_t len) {
-  cs_uri u;
-  int rc = check_uri(uri, &u, err, len);
-  cs_uri_clear(&u);
-  return rc;
-}
 
 /* ---- messages ---- */
 
 static void msg_free(nmsg *m) {
-  free(m->m.id);
-  for (size_t i = 0; i < m->m.nheaders; i++) {
-    free(m->m.headers[i].name);
-    free(m->m.headers[i].value);
-  }
-  free(m->m.headers);
+  cs_msg_free_headers(&m->m);
   natsMsg_Destroy(m->nm);
   free(m);
 }
@@ -250,7 +235,7 @@ static natsStatus ensure_consumer(nbroker *b) {
   cc.Durable = b->consumer;
   cc.AckPolicy = js_AckExplicit;
   cc.DeliverPolicy = js_DeliverAll;
-  cc.AckWait = b->o.lock_ttl_ms * 1000000;
+  cc.AckWait = b->base.o.lock_ttl_ms * 1000000;
   cc.MaxDeliver = -1;
   cc.MaxAckPending = 20000;
   natsStatus s = js_AddConsumer(&ci, b->js, b->stream, &cc, NULL, NULL);
@@ -261,12 +246,12 @@ static natsStatus ensure_consumer(nbroker *b) {
 static natsStatus fetch_setup(nbroker *b) {
   natsOptions *opts = NULL;
   char url[600];
-  snprintf(url, sizeof url, "nats://%s%s%s:%d", strchr(b->uri.host, ':') ? "[" : "", b->uri.host,
-           strchr(b->uri.host, ':') ? "]" : "", b->uri.port);
+  snprintf(url, sizeof url, "nats://%s%s%s:%d", strchr(b->base.uri.host, ':') ? "[" : "", b->base.uri.host,
+           strchr(b->base.uri.host, ':') ? "]" : "", b->base.uri.port);
   natsStatus s = natsOptions_Create(&opts);
   if (s == NATS_OK) s = natsOptions_SetURL(opts, url);
-  if (s == NATS_OK && b->uri.user)
-    s = natsOptions_SetUserInfo(opts, b->uri.user, b->uri.password ? b->uri.password : "");
+  if (s == NATS_OK && b->base.uri.user)
+    s = natsOptions_SetUserInfo(opts, b->base.uri.user, b->base.uri.password ? b->base.uri.password : "");
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 100);
@@ -336,8 +321,8 @@ static void fetch_main(void *arg) {
         char why[300];
         snprintf(why, sizeof why, "%s", nats_GetLastError(&s) ? nats_GetLastError(&s) : natsStatus_GetText(s));
         if (strcmp(why, last))
-          fprintf(stderr, "idem consume: nats broker %s:%d: %s; reconnecting\n", b->uri.host,
-                  b->uri.port, why);
+          fprintf(stderr, "idem consume: nats broker %s:%d: %s; reconnecting\n", b->base.uri.host,
+                  b->base.uri.port, why);
         snprintf(last, sizeof last, "%s", why);
         fetch_teardown(b);
         nats_Sleep(backoff);
@@ -402,14 +387,14 @@ static void on_wake(uv_async_t *a) {
   int up = atomic_load(&b->up);
   if (up != atomic_load(&b->up_seen)) {
     atomic_store(&b->up_seen, up);
-    if (b->o.on_state)
-      b->o.on_state(b->o.arg, up);
+    if (b->base.o.on_state)
+      b->base.o.on_state(b->base.o.arg, up);
   }
   while (q) {
     nmsg *next = q->next;
     q->next = NULL;
     b->outstanding++;
-    b->o.on_message(b->o.arg, &q->m);
+    b->base.o.on_message(b->base.o.arg, &q->m);
     q = next;
   }
   maybe_done(b);
@@ -480,7 +465,7 @@ static void n_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_
       *p = ' ';
   m->work.data = m;
   if (!atomic_load(&b->up) || !b->js ||
-      uv_queue_work(b->o.loop, &m->work, dead_work, dead_done)) {
+      uv_queue_work(b->base.o.loop, &m->work, dead_work, dead_done)) {
     settled(m, 0); /* comes again after AckWait */
     return;
   }
@@ -499,19 +484,14 @@ static void handle_closed(uv_handle_t *h) {
   nbroker *b = h->data;
   if (--b->handles)
     return;
-  void (*done)(void *) = b->done;
-  void *arg = b->done_arg;
   uv_mutex_destroy(&b->mu);
   uv_cond_destroy(&b->cv);
-  cs_uri_clear(&b->uri);
-  free(b);
   nats_Close();
-  if (done)
-    done(arg);
+  cs_broker_free(&b->base);
 }
 
 static void maybe_done(nbroker *b) {
-  if (!b->closing || b->outstanding || b->works || b->doneq || !b->handles ||
+  if (!b->base.closing || b->outstanding || b->works || b->doneq || !b->handles ||
       uv_is_closing((uv_handle_t *)&b->wake))
     return;
   uv_mutex_lock(&b->mu);
@@ -526,11 +506,8 @@ static void maybe_done(nbroker *b) {
   uv_close((uv_handle_t *)&b->done_timer, handle_closed);
 }
 
-static void n_close(cs_broker *base, void (*done)(void *), void *arg) {
+static void n_close(cs_broker *base) {
   nbroker *b = (nbroker *)base;
-  b->closing = 1;
-  b->done = done;
-  b->done_arg = arg;
   uv_mutex_lock(&b->mu);
   b->stop = 1;
   uv_cond_signal(&b->cv);
@@ -538,21 +515,11 @@ static void n_close(cs_broker *base, void (*done)(void *), void *arg) {
   maybe_done(b);
 }
 
-static int n_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
-  char err[256];
-  nbroker *b = calloc(1, sizeof *b);
-  if (!b)
-    return IDEM_ENOMEM;
-  if (check_uri(uri, &b->uri, err, sizeof err)) {
-    *why = strdup(err);
-    cs_uri_clear(&b->uri);
-    free(b);
-    return IDEM_EURI;
-  }
-  b->base.vt = &cs_broker_nats;
-  b->o = *o;
-  b->stream = cs_uri_param(&b->uri, "stream");
-  b->consumer = cs_uri_param(&b->uri, "consumer");
+static int n_start(cs_broker *base, char **why) {
+  nbroker *b = (nbroker *)base;
+  const cs_broker_opts *o = &b->base.o;
+  b->stream = cs_uri_param(&b->base.uri, "stream");
+  b->consumer = cs_uri_param(&b->base.uri, "consumer");
   uv_mutex_init(&b->mu);
   uv_cond_init(&b->cv);
   uv_async_init(o->loop, &b->wake, on_wake);
@@ -562,18 +529,19 @@ static int n_open(const char *uri, const cs_broker_opts *o, cs_broker **out, cha
   if (uv_thread_create(&b->thread, fetch_main, b)) {
     *why = strdup("cannot start a thread");
     b->thread_done = 1; /* nothing to join: close below frees it */
-    b->closing = 1;
+    b->base.closing = 1;
     uv_close((uv_handle_t *)&b->wake, handle_closed);
     uv_close((uv_handle_t *)&b->done_timer, handle_closed);
     return IDEM_ENOMEM;
   }
-  *out = &b->base;
   return 0;
 }
 
 const cs_broker_vt cs_broker_nats = {
     .scheme = "nats",
-    .open = n_open,
+    .size = sizeof(nbroker),
+    .check_uri = check_uri,
+    .start = n_start,
     .credit = n_credit,
     .ack = n_ack,
     .later = n_later,

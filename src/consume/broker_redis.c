@@ -55,9 +55,7 @@ typedef struct rmsg {
 } rmsg;
 
 struct rbroker {
-  cs_broker base;
-  cs_broker_opts o;
-  cs_uri uri;
+  cs_broker base; /* its URI, options, and closing state */
   const char *stream, *group;
   char consumer[160];
   char *dead;
@@ -73,9 +71,6 @@ struct rbroker {
   rmsg *failq;
   size_t outstanding; /* delivered, not yet settled */
   size_t settling;    /* settles in flight */
-  int closing;
-  void (*done)(void *);
-  void *done_arg;
   char last_err[160];
 };
 
@@ -111,23 +106,9 @@ static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
 /* ---- messages ---- */
 
 static void msg_free(rmsg *m) {
-  free(m->m.id);
+  cs_msg_free_headers(&m->m);
   free(m->m.body);
-  for (size_t i = 0; i < m->m.nheaders; i++) {
-    free(m->m.headers[i].name);
-    free(m->m.headers[i].value);
-  }
-  free(m->m.headers);
   free(m);
-}
-
-static char *dup_bytes(const char *p, size_t n) {
-  char *d = malloc(n + 1);
-  if (d) {
-    memcpy(d, p, n);
-    d[n] = 0;
-  }
-  return d;
 }
 
 /* An entry [id, [field, value, ...]] as a message; NULL for a deleted one
@@ -141,7 +122,7 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
   if (!m)
     return NULL;
   m->b = b;
-  m->m.id = dup_bytes(e->element[0]->str, e->element[0]->len);
+  m->m.id = cs_dup(e->element[0]->str, e->element[0]->len);
   m->m.headers = calloc(f->elements / 2 + 1, sizeof *m->m.headers);
   int bad = !m->m.id || !m->m.headers;
   for (size_t i = 0; !bad && i + 1 < f->elements; i += 2) {
@@ -149,13 +130,13 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
     if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
       continue;
     if (k->len == 4 && !memcmp(k->str, "body", 4) && !m->m.body) {
-      bad = !(m->m.body = dup_bytes(v->str, v->len));
+      bad = !(m->m.body = cs_dup(v->str, v->len));
       m->m.body_len = v->len;
       continue;
     }
     cs_header *h = &m->m.headers[m->m.nheaders];
-    h->name = dup_bytes(k->str, k->len);
-    h->value = dup_bytes(v->str, v->len);
+    h->name = cs_dup(k->str, k->len);
+    h->value = cs_dup(v->str, v->len);
     h->value_len = v->len;
     bad = !h->name || !h->value;
     m->m.nheaders++;
@@ -165,7 +146,7 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
       m->m.content_type = h->value;
   }
   if (!bad && !m->m.body)
-    bad = !(m->m.body = dup_bytes("", 0));
+    bad = !(m->m.body = cs_dup("", 0));
   if (bad) {
     msg_free(m);
     return NULL;
@@ -178,7 +159,7 @@ static void deliver(rbroker *b, rmsg *m, unsigned deliveries) {
   b->outstanding++;
   if (b->free_slots)
     b->free_slots--;
-  b->o.on_message(b->o.arg, &m->m);
+  b->base.o.on_message(b->base.o.arg, &m->m);
 }
 
 /* ---- settling ---- */
@@ -248,7 +229,7 @@ static void r_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_c
   rmsg *m = (rmsg *)msg;
   m->cb = cb;
   m->arg = arg;
-  int64_t idle = b->o.lock_ttl_ms - delay_ms;
+  int64_t idle = b->base.o.lock_ttl_ms - delay_ms;
   char idle_s[24];
   snprintf(idle_s, sizeof idle_s, "%lld", (long long)(idle > 0 ? idle : 0));
   const char *argv[] = {"XCLAIM", b->stream, b->group, b->consumer, "0",
@@ -339,7 +320,7 @@ static void on_read(redisAsyncContext *ac, void *reply, void *priv) {
 }
 
 static void kick_read(rbroker *b) {
-  if (!b->up || b->reading || b->closing || !b->free_slots)
+  if (!b->up || b->reading || b->base.closing || !b->free_slots)
     return;
   char count[16];
   snprintf(count, sizeof count, "%u", b->free_slots);
@@ -436,10 +417,10 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void on_claim_timer(uv_timer_t *t) {
   rbroker *b = t->data;
-  if (!b->up || b->claiming || b->closing || !b->free_slots)
+  if (!b->up || b->claiming || b->base.closing || !b->free_slots)
     return;
   char idle[24], count[16];
-  snprintf(idle, sizeof idle, "%lld", (long long)b->o.lock_ttl_ms);
+  snprintf(idle, sizeof idle, "%lld", (long long)b->base.o.lock_ttl_ms);
   snprintf(count, sizeof count, "%u", b->free_slots);
   const char *argv[] = {"XAUTOCLAIM", b->stream, b->group, b->consumer, idle,
                         b->cursor, "COUNT", count};
@@ -453,8 +434,8 @@ static void set_up(rbroker *b, int up) {
   if (b->up == up)
     return;
   b->up = up;
-  if (b->o.on_state)
-    b->o.on_state(b->o.arg, up);
+  if (b->base.o.on_state)
+    b->base.o.on_state(b->base.o.arg, up);
 }
 
 static void on_backoff(uv_timer_t *t) { conn_start(t->data); }
@@ -465,13 +446,13 @@ static void drop_all(rbroker *b, const char *why) {
   b->rd_ready = b->wr_ready = 0;
   set_up(b, 0);
   if (why && strcmp(why, b->last_err)) {
-    fprintf(stderr, "idem consume: redis broker %s:%d: %s; reconnecting\n", b->uri.host,
-            b->uri.port, why);
+    fprintf(stderr, "idem consume: redis broker %s:%d: %s; reconnecting\n", b->base.uri.host,
+            b->base.uri.port, why);
     snprintf(b->last_err, sizeof b->last_err, "%s", why);
   }
   rconn_close(rd);
   rconn_close(wr);
-  if (b->closing) {
+  if (b->base.closing) {
     maybe_done(b);
     return;
   }
@@ -484,8 +465,8 @@ static void became_ready(rbroker *b) {
     return;
   b->backoff_ms = BACKOFF_MIN_MS;
   if (b->last_err[0]) {
-    fprintf(stderr, "idem consume: redis broker %s:%d: connected again\n", b->uri.host,
-            b->uri.port);
+    fprintf(stderr, "idem consume: redis broker %s:%d: connected again\n", b->base.uri.host,
+            b->base.uri.port);
     b->last_err[0] = 0;
   }
   set_up(b, 1);
@@ -534,31 +515,31 @@ static void conn_gone(void *arg, rconn *c, const char *why) {
 static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
   rbroker *b = owner;
   b->resolving = 0;
-  if (b->closing) {
+  if (b->base.closing) {
     maybe_done(b);
     return;
   }
   if (status || idem_lookup_addresses(ai, &b->addr, 1) < 1) {
     char why[200];
-    snprintf(why, sizeof why, "cannot resolve %.100s: %s", b->uri.host,
+    snprintf(why, sizeof why, "cannot resolve %.100s: %s", b->base.uri.host,
              status ? uv_strerror(status) : "no address");
     drop_all(b, why);
     return;
   }
-  rconn_opts o = {.addr = b->addr, .port = b->uri.port, .user = b->uri.user,
-                  .password = b->uri.password, .db = atoi(b->uri.path),
+  rconn_opts o = {.addr = b->addr, .port = b->base.uri.port, .user = b->base.uri.user,
+                  .password = b->base.uri.password, .db = atoi(b->base.uri.path),
                   .connect_timeout_ms = 2000, .ready = conn_ready, .gone = conn_gone, .arg = b};
   const char *why = NULL;
-  b->rd = rconn_open(b->o.loop, &o, &why);
-  b->wr = b->rd ? rconn_open(b->o.loop, &o, &why) : NULL;
+  b->rd = rconn_open(b->base.o.loop, &o, &why);
+  b->wr = b->rd ? rconn_open(b->base.o.loop, &o, &why) : NULL;
   if (!b->wr)
     drop_all(b, why);
 }
 
 static void conn_start(rbroker *b) {
-  if (b->resolving || b->closing)
+  if (b->resolving || b->base.closing)
     return;
-  if (idem_lookup_start(b->o.loop, b->uri.host, on_resolved, b) == 0)
+  if (idem_lookup_start(b->base.o.loop, b->base.uri.host, on_resolved, b) == 0)
     b->resolving = 1;
   else
     drop_all(b, "cannot start a host lookup");
@@ -572,22 +553,13 @@ static void r_credit(cs_broker *base, unsigned n) {
   kick_read(b);
 }
 
-static int r_open(const char *uri, const cs_broker_opts *o, cs_broker **out, char **why) {
-  char err[256];
-  rbroker *b = calloc(1, sizeof *b);
-  if (!b)
-    return IDEM_ENOMEM;
-  if (check_uri(uri, &b->uri, err, sizeof err)) {
-    *why = strdup(err);
-    cs_uri_clear(&b->uri);
-    free(b);
-    return IDEM_EURI;
-  }
-  b->base.vt = &cs_broker_redis;
-  b->o = *o;
-  b->stream = cs_uri_param(&b->uri, "stream");
-  b->group = cs_uri_param(&b->uri, "group");
-  const char *consumer = cs_uri_param(&b->uri, "consumer");
+static int r_start(cs_broker *base, char **why) {
+  rbroker *b = (rbroker *)base;
+  const cs_broker_opts *o = &b->base.o;
+  (void)why; /* nothing can fail here: connecting is retried */
+  b->stream = cs_uri_param(&b->base.uri, "stream");
+  b->group = cs_uri_param(&b->base.uri, "group");
+  const char *consumer = cs_uri_param(&b->base.uri, "consumer");
   char host[64] = "host";
   gethostname(host, sizeof host - 1);
   if (consumer)
@@ -607,7 +579,6 @@ static int r_open(const char *uri, const cs_broker_opts *o, cs_broker **out, cha
   every = every < 50 ? 50 : every > 1000 ? 1000 : every;
   uv_timer_start(&b->claim_timer, on_claim_timer, (uint64_t)every, (uint64_t)every);
   conn_start(b);
-  *out = &b->base;
   return 0;
 }
 
@@ -615,19 +586,14 @@ static void timer_closed(uv_handle_t *h) {
   rbroker *b = h->data;
   if (--b->timers_open)
     return;
-  void (*done)(void *) = b->done;
-  void *arg = b->done_arg;
-  cs_uri_clear(&b->uri);
   free(b->dead);
-  free(b);
-  if (done)
-    done(arg);
+  cs_broker_free(&b->base);
 }
 
 /* Closing ends once nothing is in flight: no read, no reclaim, no lookup,
  * and every delivered message settled. */
 static void maybe_done(rbroker *b) {
-  if (!b->closing || b->reading || b->claiming || b->resolving || b->outstanding || b->settling ||
+  if (!b->base.closing || b->reading || b->claiming || b->resolving || b->outstanding || b->settling ||
       b->failq || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
     return;
   rconn *rd = b->rd, *wr = b->wr;
@@ -639,11 +605,8 @@ static void maybe_done(rbroker *b) {
   uv_close((uv_handle_t *)&b->fail_timer, timer_closed);
 }
 
-static void r_close(cs_broker *base, void (*done)(void *), void *arg) {
+static void r_close(cs_broker *base) {
   rbroker *b = (rbroker *)base;
-  b->closing = 1;
-  b->done = done;
-  b->done_arg = arg;
   uv_timer_stop(&b->claim_timer);
   uv_timer_stop(&b->backoff_timer);
   maybe_done(b);
@@ -651,7 +614,9 @@ static void r_close(cs_broker *base, void (*done)(void *), void *arg) {
 
 const cs_broker_vt cs_broker_redis = {
     .scheme = "redis",
-    .open = r_open,
+    .size = sizeof(rbroker),
+    .check_uri = check_uri,
+    .start = r_start,
     .credit = r_credit,
     .ack = r_ack,
     .later = r_later,
@@ -659,9 +624,3 @@ const cs_broker_vt cs_broker_redis = {
     .close = r_close,
 };
 
-int cs_redis_check(const char *uri, char *err, size_t len) {
-  cs_uri u;
-  int rc = check_uri(uri, &u, err, len);
-  cs_uri_clear(&u);
-  return rc;
-}

@@ -595,7 +595,7 @@ static void on_signal(uv_signal_t *s, int signum) {
       j->parked = 0;
       settle_later(j, f->cfg->retry_delay_ms, o);
     }
-  f->broker->vt->close(f->broker, on_broker_closed, f);
+  cs_broker_close(f->broker, on_broker_closed, f);
 }
 
 static int resolve_to(const cs_config *cfg, struct sockaddr_storage *out) {

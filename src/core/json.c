@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "idem/idem.h"
 
 #define IDEM_JSON_MAX_DEPTH 256
@@ -111,47 +112,17 @@ static int parse_number(json_parser *p) {
   return 0;
 }
 
-static int hex_value(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 /* Four hex digits after "\u"; -1 when malformed. */
 static long read_hex4(json_parser *p) {
   long v = 0;
   if (p->end - p->s < 4) return -1;
   for (int i = 0; i < 4; i++) {
-    int h = hex_value(p->s[i]);
+    int h = idem_hexval((unsigned char)p->s[i]);
     if (h < 0) return -1;
     v = v * 16 + h;
   }
   p->s += 4;
   return v;
-}
-
-static size_t utf8_put(char *dst, unsigned long cp) {
-  if (cp < 0x80) {
-    dst[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = (char)(0xc0 | (cp >> 6));
-    dst[1] = (char)(0x80 | (cp & 0x3f));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = (char)(0xe0 | (cp >> 12));
-    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    dst[2] = (char)(0x80 | (cp & 0x3f));
-    return 3;
-  }
-  dst[0] = (char)(0xf0 | (cp >> 18));
-  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-  dst[3] = (char)(0x80 | (cp & 0x3f));
-  return 4;
 }
 
 /* After "\u": one code point, joining a surrogate pair; -1 when malformed
@@ -182,7 +153,7 @@ static int parse_escape(json_parser *p, char *dst) {
     return 1;
   }
   if (p->s[-1] != 'u' || (cp = parse_u_escape(p)) < 0) return -1;
-  size_t n = utf8_put(tmp, (unsigned long)cp);
+  size_t n = idem_utf8_put(tmp, (unsigned long)cp);
   if (dst) memcpy(dst, tmp, n);
   return (int)n;
 }

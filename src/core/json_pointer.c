@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "idem/idem.h"
 
 int json_pointer_valid(const char *ptr, size_t len) {
@@ -76,29 +77,6 @@ static unsigned hex4(const char *s) {
   return v;
 }
 
-static size_t put_utf8(char *d, unsigned long cp) {
-  if (cp < 0x80) {
-    d[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    d[0] = (char)(0xc0 | cp >> 6);
-    d[1] = (char)(0x80 | (cp & 0x3f));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    d[0] = (char)(0xe0 | cp >> 12);
-    d[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    d[2] = (char)(0x80 | (cp & 0x3f));
-    return 3;
-  }
-  d[0] = (char)(0xf0 | cp >> 18);
-  d[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-  d[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-  d[3] = (char)(0x80 | (cp & 0x3f));
-  return 4;
-}
-
 /* Decode the (valid) string at c->s into d, which holds at least its raw
  * length; returns the decoded length and leaves c past the string. */
 static size_t decode_string(cursor *c, char *d) {
@@ -120,7 +98,7 @@ static size_t decode_string(cursor *c, char *d) {
       cp = 0x10000 + ((cp - 0xd800) << 10) + (hex4(c->s + 3) - 0xdc00);
       c->s += 6;
     }
-    n += put_utf8(d + n, cp);
+    n += idem_utf8_put(d + n, cp);
   }
   c->s++;
   return n;

@@ -5,16 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "idem/idem.h"
-
-static void set_err(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-}
 
 static const setting *find(const setting_table *t, const char *name, size_t len) {
   for (size_t i = 0; i < t->n; i++)
@@ -56,7 +48,7 @@ static int set_duration(const setting *s, int64_t *field, const char *v, char *e
     return 0;
   }
   if (idem_parse_duration(v, &ms)) {
-    set_err(err, len,
+    idem_errf(err, len,
             "--%s: '%s' is not a duration; use a number and a unit: ms, s, m, h or d "
             "(e.g. 500ms, 30s, 24h)%s",
             s->name, v, zero_ok ? ", or 0" : "");
@@ -66,7 +58,7 @@ static int set_duration(const setting *s, int64_t *field, const char *v, char *e
     char lo[32], hi[32];
     duration_text(s->min, lo, sizeof lo);
     duration_text(s->max, hi, sizeof hi);
-    set_err(err, len, "--%s: '%s' is out of range; use a duration from %s to %s", s->name, v,
+    idem_errf(err, len, "--%s: '%s' is out of range; use a duration from %s to %s", s->name, v,
             zero_ok ? "0" : lo, hi);
     return -1;
   }
@@ -79,7 +71,7 @@ static int set_size(const setting *s, uint64_t *field, const char *v, char *err,
   char lo[32], hi[32];
   size_text((uint64_t)s->max, hi, sizeof hi);
   if (idem_parse_size(v, &bytes) || bytes == 0) {
-    set_err(err, len,
+    idem_errf(err, len,
             "--%s: '%s' is not a size; use bytes or a unit such as KiB, MiB (e.g. 64KiB, "
             "1MiB), at most %s",
             s->name, v, hi);
@@ -87,7 +79,7 @@ static int set_size(const setting *s, uint64_t *field, const char *v, char *err,
   }
   if (bytes < (uint64_t)s->min || bytes > (uint64_t)s->max) {
     size_text((uint64_t)s->min, lo, sizeof lo);
-    set_err(err, len, "--%s: '%s' is out of range; use a size from %s to %s (e.g. %s)", s->name,
+    idem_errf(err, len, "--%s: '%s' is out of range; use a size from %s to %s (e.g. %s)", s->name,
             v, lo, hi, s->def ? s->def : hi);
     return -1;
   }
@@ -99,7 +91,7 @@ static int set_count(const setting *s, int *field, const char *v, char *err, siz
   char *end;
   long long n = strtoll(v, &end, 10);
   if (!*v || *end || n < s->min || n > s->max) {
-    set_err(err, len, "--%s: '%s' is not a number from %lld to %lld", s->name, v,
+    idem_errf(err, len, "--%s: '%s' is not a number from %lld to %lld", s->name, v,
             (long long)s->min, (long long)s->max);
     return -1;
   }
@@ -112,7 +104,7 @@ static int apply(const setting *s, void *cfg, const char *v, char *err, size_t l
   switch (s->kind) {
   case SETTING_SWITCH:
     if (v && strcmp(v, "true") && strcmp(v, "false")) {
-      set_err(err, len, "--%s takes no value", s->name);
+      idem_errf(err, len, "--%s takes no value", s->name);
       return -1;
     }
     *(int *)(void *)field = !v || !strcmp(v, "true");
@@ -143,7 +135,7 @@ int settings_set(const setting_table *t, void *cfg, const char *name, const char
                  char *err, size_t errlen) {
   const setting *s = find(t, name, strlen(name));
   if (!s) {
-    set_err(err, errlen, "unknown option '--%s'", name);
+    idem_errf(err, errlen, "unknown option '--%s'", name);
     return -1;
   }
   return apply(s, cfg, value, err, errlen);
@@ -157,12 +149,12 @@ static int parse_flag(const setting_table *t, void *cfg, int argc, char **argv, 
   size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
   const setting *s = find(t, arg, nlen);
   if (!s) {
-    set_err(err, errlen, "unknown option '--%.*s'", (int)nlen, arg);
+    idem_errf(err, errlen, "unknown option '--%.*s'", (int)nlen, arg);
     return -1;
   }
   if (s->kind == SETTING_SWITCH) {
     if (eq) {
-      set_err(err, errlen, "--%s takes no value", s->name);
+      idem_errf(err, errlen, "--%s takes no value", s->name);
       return -1;
     }
     return apply(s, cfg, NULL, err, errlen);
@@ -172,7 +164,7 @@ static int parse_flag(const setting_table *t, void *cfg, int argc, char **argv, 
   const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
   if (!next || !strncmp(next, "--", 2)) {
     /* "--store --ttl 1s" is a forgotten value, not a store named --ttl */
-    set_err(err, errlen, "--%s needs a value%s%s%s", s->name, next ? "; got the flag '" : "",
+    idem_errf(err, errlen, "--%s needs a value%s%s%s", s->name, next ? "; got the flag '" : "",
             next ? next : "",
             next ? "' (write --flag=VALUE for a value that starts with --)" : "");
     return -1;
@@ -200,7 +192,7 @@ int settings_parse_argv(const setting_table *t, void *cfg, int argc, char **argv
       continue;
     }
     if (is_flag || !positional) {
-      set_err(err, errlen, is_flag ? "unknown option '%s'" : "unexpected argument '%s'", a);
+      idem_errf(err, errlen, is_flag ? "unknown option '%s'" : "unexpected argument '%s'", a);
       return -1;
     }
     if (positional(arg, a, err, errlen))

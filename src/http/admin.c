@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 
 #include "core/queue.h"
+#include "core/text.h"
 #include "http/metrics.h"
 #include "http/msg.h"
 #include "http/policy.h"
@@ -314,37 +315,6 @@ static void submit_admin_op(admin_conn *c, const idem_op *op, idem_cb cb) {
   }
 }
 
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
-
-/* Percent-decode [s, s+len) into out (cap bytes with NUL); -1 when bad. */
-static int pct_decode(const char *s, size_t len, char *out, size_t cap) {
-  size_t o = 0;
-  for (size_t i = 0; i < len; i++) {
-    char ch = s[i];
-    if (ch == '%') {
-      if (i + 2 >= len)
-        return -1;
-      int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
-      if (hi < 0 || lo < 0)
-        return -1;
-      ch = (char)(hi * 16 + lo);
-      i += 2;
-    } else if (ch == '+') {
-      ch = ' ';
-    }
-    if (o + 1 >= cap)
-      return -1;
-    out[o++] = ch;
-  }
-  out[o] = 0;
-  return (int)o;
-}
-
 static void route(admin_conn *c) {
   gw_admin *a = c->a;
   /* never NULL, always NUL-terminated */
@@ -384,7 +354,7 @@ static void route(admin_conn *c) {
   if (plen > 6 && !strncmp(u, "/keys/", 6)) {
     if (m != HTTP_GET && m != HTTP_DELETE)
       goto not_allowed;
-    int klen = pct_decode(u + 6, plen - 6, c->key, sizeof c->key);
+    int klen = idem_pct_decode(u + 6, plen - 6, c->key, sizeof c->key, IDEM_PCT_PLUS_SPACE);
     if (klen <= 0 || !idem_key_valid(c->key, (size_t)klen)) {
       reply_problem(c, 400, "invalid-key", "Invalid key",
                     "the key must be 1 to 255 printable ASCII characters, "
@@ -398,7 +368,8 @@ static void route(admin_conn *c) {
       const char *amp = memchr(qp, '&', (size_t)(qend - qp));
       const char *pend = amp ? amp : qend;
       if (pend - qp >= 6 && !memcmp(qp, "scope=", 6) &&
-          pct_decode(qp + 6, (size_t)(pend - qp - 6), c->scope, sizeof c->scope) < 0) {
+          idem_pct_decode(qp + 6, (size_t)(pend - qp - 6), c->scope, sizeof c->scope,
+                          IDEM_PCT_PLUS_SPACE) < 0) {
         reply_problem(c, 400, "invalid-scope", "Invalid scope",
                       "the scope must be at most 255 bytes, percent-encoded");
         return;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "idem/idem.h"
 #include "store/redis.h"
 #include "store/uri_options.h"
@@ -27,40 +28,16 @@ static int fail(char **why, const char *fmt, ...) {
   return IDEM_EURI;
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 /* Percent-decode s[0..n) into a malloc'd string. NUL bytes are refused: they
  * cannot travel through AUTH as C strings. *out is NULL on error. */
 static int pct_decode(const char *s, size_t n, char **out) {
   char *d = malloc(n + 1);
-  size_t j = 0;
   *out = NULL;
   if (d == NULL) return IDEM_ENOMEM;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] == '%') {
-      int hi, lo;
-      if (i + 2 >= n) {
-        free(d);
-        return IDEM_EURI;
-      }
-      hi = hexval((unsigned char)s[i + 1]);
-      lo = hexval((unsigned char)s[i + 2]);
-      if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
-        free(d);
-        return IDEM_EURI;
-      }
-      d[j++] = (char)(hi * 16 + lo);
-      i += 2;
-    } else {
-      d[j++] = s[i];
-    }
+  if (idem_pct_decode(s, n, d, n + 1, IDEM_PCT_NO_NUL) < 0) {
+    free(d);
+    return IDEM_EURI;
   }
-  d[j] = '\0';
   *out = d;
   return 0;
 }

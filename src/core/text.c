@@ -1,0 +1,77 @@
+/* text.c - hex digits, percent-decoding, error sentences (text.h). */
+#include "core/text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int idem_hexval(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+int idem_pct_decode(const char *s, size_t n, char *out, size_t cap, int flags) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    if (ch == '%') {
+      int hi = i + 2 < n ? idem_hexval((unsigned char)s[i + 1]) : -1;
+      int lo = i + 2 < n ? idem_hexval((unsigned char)s[i + 2]) : -1;
+      if (hi < 0 || lo < 0 || ((flags & IDEM_PCT_NO_NUL) && hi == 0 && lo == 0))
+        return -1;
+      ch = (char)(hi * 16 + lo);
+      i += 2;
+    } else if (ch == '+' && (flags & IDEM_PCT_PLUS_SPACE)) {
+      ch = ' ';
+    }
+    if (o + 1 >= cap)
+      return -1;
+    out[o++] = ch;
+  }
+  if (cap == 0)
+    return -1;
+  out[o] = 0;
+  return (int)o;
+}
+
+char *idem_pct_decode_dup(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (d && idem_pct_decode(s, n, d, n + 1, IDEM_PCT_NO_NUL) < 0) {
+    free(d);
+    d = NULL;
+  }
+  return d;
+}
+
+int idem_errf(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+size_t idem_utf8_put(char *dst, unsigned long cp) {
+  if (cp < 0x80) {
+    dst[0] = (char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    dst[0] = (char)(0xc0 | (cp >> 6));
+    dst[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    dst[0] = (char)(0xe0 | (cp >> 12));
+    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    dst[2] = (char)(0x80 | (cp & 0x3f));
+    return 3;
+  }
+  dst[0] = (char)(0xf0 | (cp >> 18));
+  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+  dst[3] = (char)(0x80 | (cp & 0x3f));
+  return 4;
+}
