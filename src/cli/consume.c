@@ -50,41 +50,14 @@ static int parse_from(void *cfg, const setting *s, const char *v, char *err, siz
 /* http://HOST[:PORT][/PATH]: plain HTTP, the path is what every message is
  * POSTed to ("/" when none). */
 static int parse_to_url(cs_config *c, const char *url) {
-  if (strncmp(url, "http://", 7))
+  const char *rest;
+  if (gw_http_url_parse(url, c->to_host, sizeof c->to_host, &c->to_port, &rest))
     return -1;
-  const char *hp = url + 7, *slash = strchr(hp, '/');
-  size_t hlen = slash ? (size_t)(slash - hp) : strlen(hp);
-  const char *path = slash ? slash : "/";
-  if (!hlen || hlen >= sizeof c->to_host || memchr(hp, '@', hlen) || strpbrk(path, " \r\n#") ||
-      strlen(path) >= sizeof c->to_path)
+  const char *path = *rest ? rest : "/";
+  if (*path != '/' || strpbrk(path, " \r\n#") || strlen(path) >= sizeof c->to_path)
     return -1;
-  char host[256];
-  memcpy(host, hp, hlen);
-  host[hlen] = 0;
-  char *port = NULL, *h = host;
-  if (host[0] == '[') {
-    char *close = strchr(host, ']');
-    if (!close || (close[1] && close[1] != ':'))
-      return -1;
-    *close = 0;
-    h = host + 1;
-    port = close[1] ? close + 2 : NULL;
-  } else if ((port = strchr(host, ':'))) {
-    *port++ = 0;
-  }
-  long p = 80;
-  if (port) {
-    char *end;
-    p = strtol(port, &end, 10);
-    if (!*port || *end || p < 1 || p > 65535)
-      return -1;
-  }
-  if (!*h)
-    return -1;
-  snprintf(c->to_host, sizeof c->to_host, "%s", h);
-  c->to_port = (int)p;
   snprintf(c->to_path, sizeof c->to_path, "%s", path);
-  gw_addr_format(h, (int)p, c->to_authority, sizeof c->to_authority);
+  gw_addr_format(c->to_host, c->to_port, c->to_authority, sizeof c->to_authority);
   return 0;
 }
 

@@ -15,6 +15,7 @@
  * to the broker (not acked) to come again: it replays if the store got the
  * answer after all, or runs again once the lease has ended.
  */
+#include "core/queue.h"
 #include "consume/consume.h"
 
 #include <netdb.h>
@@ -54,7 +55,7 @@ typedef struct cs_job {
   int timer_on;
   int parked; /* busy behind a job of this consumer with the same key */
   void (*on_timer)(struct cs_job *j);
-  struct cs_job *next, *prev;
+  idem_queue linked; /* in f->jobs */
 } cs_job;
 
 struct cs_flow {
@@ -70,7 +71,7 @@ struct cs_flow {
   uv_signal_t sigterm, sigint;
   unsigned inflight;
   int stopping;
-  cs_job *jobs;
+  idem_queue jobs; /* the messages in flight */
 };
 
 static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
@@ -113,19 +114,17 @@ static void claim(cs_job *j);
 
 static void job_end(cs_job *j) {
   cs_flow *f = j->f;
-  if (j->prev)
-    j->prev->next = j->next;
-  else
-    f->jobs = j->next;
-  if (j->next)
-    j->next->prev = j->prev;
+  idem_queue_remove(&j->linked);
   /* duplicates waiting for this one claim again now: they replay */
-  for (cs_job *p = f->jobs; p; p = p->next)
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &f->jobs) {
+    cs_job *p = IDEM_QUEUE_DATA(node, cs_job, linked);
     if (p->parked && !strcmp(p->key, j->key)) {
       p->parked = 0;
       uv_timer_stop(&p->timer);
       claim(p);
     }
+  }
   gw_buf_free(&j->head);
   gw_buf_free(&j->kept_hdrs);
   gw_buf_free(&j->marker_hdrs);
@@ -427,9 +426,12 @@ static void store_failed(cs_job *j, int err) {
 
 /* Whether another message in flight here has j's key. */
 static int held_here(const cs_job *j) {
-  for (const cs_job *o = j->f->jobs; o; o = o->next)
+  const idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &j->f->jobs) {
+    const cs_job *o = IDEM_QUEUE_DATA(node, const cs_job, linked);
     if (o != j && !o->parked && !strcmp(o->key, j->key))
       return 1;
+  }
   return 0;
 }
 
@@ -499,10 +501,7 @@ static void on_message(void *arg, cs_msg *m) {
   j->f = f;
   j->m = m;
   j->t0_ns = uv_hrtime();
-  j->next = f->jobs;
-  if (f->jobs)
-    f->jobs->prev = j;
-  f->jobs = j;
+  idem_queue_insert_head(&f->jobs, &j->linked);
   f->inflight++;
   if (f->cfg->no_store) {
     j->bypass = 1;
@@ -588,29 +587,17 @@ static void on_signal(uv_signal_t *s, int signum) {
   f->stopping = 1;
   fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight);
   give_credit(f);
-  for (cs_job *j = f->jobs; j; j = j->next)
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &f->jobs) {
+    cs_job *j = IDEM_QUEUE_DATA(node, cs_job, linked);
     if (j->timer_on && j->on_timer == claim && uv_is_active((uv_handle_t *)&j->timer)) {
       uv_timer_stop(&j->timer);
       cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
       j->parked = 0;
       settle_later(j, f->cfg->retry_delay_ms, o);
     }
-  cs_broker_close(f->broker, on_broker_closed, f);
-}
-
-static int resolve_to(const cs_config *cfg, struct sockaddr_storage *out) {
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-  char port[16];
-  snprintf(port, sizeof port, "%d", cfg->to_port);
-  int rc = getaddrinfo(cfg->to_host, port, &hints, &ai);
-  if (rc || !ai) {
-    fprintf(stderr, "idem consume: cannot resolve the handler's host '%s': %s\n", cfg->to_host,
-            gai_strerror(rc));
-    return -1;
   }
-  memcpy(out, ai->ai_addr, ai->ai_addrlen);
-  freeaddrinfo(ai);
-  return 0;
+  cs_broker_close(f->broker, on_broker_closed, f);
 }
 
 static int open_parts(cs_flow *f, const struct sockaddr *to) {
@@ -661,7 +648,10 @@ int cs_run(const cs_config *cfg) {
   signal(SIGPIPE, SIG_IGN);
   memset(f, 0, sizeof *f);
   f->cfg = cfg;
-  if (resolve_to(cfg, &to) || uv_loop_init(&f->loop))
+  idem_queue_init(&f->jobs);
+  if (upstream_resolve(cfg->to_host, cfg->to_port, "idem consume: cannot resolve the handler's host",
+                       &to) ||
+      uv_loop_init(&f->loop))
     return 1;
   if (open_parts(f, (const struct sockaddr *)&to))
     return 1; /* the process exits: what was opened goes with it */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "consume/cs_metrics.h"
+#include "core/queue.h"
 #include "http/msg.h"
 
 #define MAX_REQUEST 8192
@@ -15,7 +16,7 @@ struct cs_admin {
   cs_admin_hooks h;
   int handles; /* listener + connections */
   int stopping;
-  struct aconn *conns;
+  idem_queue conns;
   void (*done)(void *);
   void *done_arg;
 };
@@ -23,7 +24,7 @@ struct cs_admin {
 typedef struct aconn {
   uv_tcp_t tcp;
   cs_admin *a;
-  struct aconn *next, *prev;
+  idem_queue linked; /* in a->conns */
   char buf[MAX_REQUEST];
   size_t len;
   gw_buf out;
@@ -44,12 +45,7 @@ static void unref(cs_admin *a) {
 static void conn_closed(uv_handle_t *h) {
   aconn *c = h->data;
   cs_admin *a = c->a;
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    a->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  idem_queue_remove(&c->linked);
   gw_buf_free(&c->out);
   free(c);
   unref(a);
@@ -132,10 +128,7 @@ static void on_connection(uv_stream_t *server, int status) {
   c->tcp.data = c;
   c->a = a;
   a->handles++;
-  c->next = a->conns;
-  if (a->conns)
-    a->conns->prev = c;
-  a->conns = c;
+  idem_queue_insert_tail(&a->conns, &c->linked);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) ||
       uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb))
     conn_close(c);
@@ -147,6 +140,8 @@ cs_admin *cs_admin_start(uv_loop_t *loop, const char *host, int port, const cs_a
                          int *err) {
   struct sockaddr_storage ss;
   cs_admin *a = calloc(1, sizeof *a);
+  if (a)
+    idem_queue_init(&a->conns);
   if (!a) {
     *err = UV_ENOMEM;
     return NULL;
@@ -174,7 +169,8 @@ void cs_admin_stop(cs_admin *a, void (*done)(void *), void *arg) {
   a->stopping = 1;
   a->done = done;
   a->done_arg = arg;
-  for (aconn *c = a->conns; c; c = c->next)
-    conn_close(c);
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &a->conns)
+    conn_close(IDEM_QUEUE_DATA(node, aconn, linked));
   uv_close((uv_handle_t *)&a->listener, listener_closed);
 }

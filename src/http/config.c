@@ -71,46 +71,44 @@ int gw_addr_parse(const char *text, gw_addr *out) {
   return 0;
 }
 
-static int parse_upstream(gw_config *cfg, const char *url) {
-  const char *p = url;
-  if (strncmp(p, "http://", 7))
+int gw_http_url_parse(const char *url, char *host, size_t hostlen, int *port,
+                      const char **rest) {
+  if (strncmp(url, "http://", 7))
     return -1;
-  p += 7;
-  const char *end = p + strcspn(p, "/?#");
-  if (*end && strcmp(end, "/"))
-    return -1; /* no path prefix: the client's target goes up as is */
+  const char *p = url + 7, *end = p + strcspn(p, "/?#");
   size_t hp_len = (size_t)(end - p);
-  if (hp_len == 0 || hp_len >= sizeof cfg->upstream_host || memchr(p, '@', hp_len))
+  if (hp_len == 0 || hp_len >= hostlen || hp_len >= 256 || memchr(p, '@', hp_len))
     return -1;
   char hp[256];
   memcpy(hp, p, hp_len);
   hp[hp_len] = 0;
-  char *host = hp, *port = NULL;
+  char *name = hp, *portp = NULL;
   if (hp[0] == '[') {
     char *close = strchr(hp, ']');
-    if (!close)
+    if (!close || (close[1] && close[1] != ':'))
       return -1;
     *close = 0;
-    host = hp + 1;
-    if (close[1] == ':')
-      port = close + 2;
-    else if (close[1])
-      return -1;
-  } else {
-    char *c = strchr(hp, ':');
-    if (c) {
-      *c = 0;
-      port = c + 1;
-    }
+    name = hp + 1;
+    portp = close[1] ? close + 2 : NULL;
+  } else if ((portp = strchr(hp, ':'))) {
+    *portp++ = 0;
   }
-  if (!*host)
+  *port = 80;
+  if (!*name || (portp && (*port = parse_port(portp, 0)) < 0))
     return -1;
-  int portn = 80;
-  if (port && (portn = parse_port(port, 0)) < 0)
+  snprintf(host, hostlen, "%s", name);
+  *rest = end;
+  return 0;
+}
+
+static int parse_upstream(gw_config *cfg, const char *url) {
+  const char *rest;
+  if (gw_http_url_parse(url, cfg->upstream_host, sizeof cfg->upstream_host,
+                        &cfg->upstream_port, &rest))
     return -1;
-  snprintf(cfg->upstream_host, sizeof cfg->upstream_host, "%s", host);
-  cfg->upstream_port = portn;
-  gw_addr_format(host, portn, cfg->upstream_authority,
+  if (*rest && strcmp(rest, "/"))
+    return -1; /* no path prefix: the client's target goes up as is */
+  gw_addr_format(cfg->upstream_host, cfg->upstream_port, cfg->upstream_authority,
                  sizeof cfg->upstream_authority);
   return 0;
 }

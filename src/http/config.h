@@ -68,6 +68,12 @@ void gw_config_usage(FILE *out);
 /* Parse "HOST:PORT", "[V6]:PORT" or ":PORT" into a numeric address. */
 int gw_addr_parse(const char *text, gw_addr *out);
 
+/* Split http://HOST[:PORT]... : HOST (brackets dropped) into host, the port
+ * (80 when none), and *rest at what follows the authority ("", or from the
+ * first '/', '?' or '#'). 0, or -1 when malformed or host does not fit. */
+int gw_http_url_parse(const char *url, char *host, size_t hostlen, int *port,
+                      const char **rest);
+
 /* Write "HOST:PORT" or "[V6]:PORT". */
 void gw_addr_format(const char *host, int port, char *out, size_t len);
 

@@ -74,24 +74,6 @@ static int listen_socket(const char *host, int *port, int reuseport) {
   return fd;
 }
 
-static int resolve_upstream(const gw_config *cfg, struct sockaddr_storage *out) {
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  char port[16];
-  snprintf(port, sizeof port, "%d", cfg->upstream_port);
-  int rc = getaddrinfo(cfg->upstream_host, port, &hints, &res);
-  if (rc) {
-    fprintf(stderr, "idem serve: upstream host '%s': %s\n", cfg->upstream_host,
-            gai_strerror(rc));
-    return -1;
-  }
-  memcpy(out, res->ai_addr, res->ai_addrlen);
-  freeaddrinfo(res);
-  return 0;
-}
-
 /* ---- workers ---- */
 
 /* Accepting pauses in two cases. Out of descriptors, libuv's accept loop
@@ -530,7 +512,7 @@ int gw_run(const gw_config *cfg) {
   memset(&srv, 0, sizeof srv);
   srv.cfg = cfg;
   struct sockaddr_storage up;
-  if (resolve_upstream(cfg, &up))
+  if (upstream_resolve(cfg->upstream_host, cfg->upstream_port, "idem serve: upstream host", &up))
     return 1;
   warn_about(cfg);
   int n = cfg->workers, port = cfg->listen.port, admin_fd = -1, admin_port = cfg->admin.port;

@@ -4,6 +4,8 @@
 #include "core/queue.h"
 
 #include <ctype.h>
+#include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -471,6 +473,21 @@ static void start_request(upstream_pool *pool, up_conn *c) {
                           connect_cb);
   if (rc < 0)
     uv_timer_start(&c->timer, connect_failed_later, 0, 0);
+}
+
+int upstream_resolve(const char *host, int port, const char *who,
+                     struct sockaddr_storage *out) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  int rc = getaddrinfo(host, service, &hints, &res);
+  if (rc || !res) {
+    fprintf(stderr, "%s '%s': %s\n", who, host, rc ? gai_strerror(rc) : "no address");
+    return -1;
+  }
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return 0;
 }
 
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,

@@ -73,6 +73,12 @@ typedef struct {
   int64_t timeout_ms;
 } upstream_options;
 
+/* Look host:port up once, at start (blocking): the first address into out.
+ * 0, or -1 after a line on stderr that starts with who ("idem serve:
+ * upstream host") and names the host. */
+int upstream_resolve(const char *host, int port, const char *who,
+                     struct sockaddr_storage *out);
+
 /* A pool with serve's values (--max-response, --upstream-timeout). */
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
                                  const struct sockaddr *addr);
