@@ -34,7 +34,11 @@ static const cs_broker_vt *checked(const char *uri, cs_uri *u, char *err, size_t
                        "nats://HOST:PORT?stream=NAME&consumer=NAME");
     return NULL;
   }
-  return vt->check_uri(uri, u, err, len) ? NULL : vt;
+  if (cs_uri_parse(uri, u, err, len) || cs_uri_known(u, vt->params, err, len))
+    return NULL;
+  if (!u->port)
+    u->port = vt->default_port;
+  return vt->check_uri(u, err, len) ? NULL : vt;
 }
 
 int cs_broker_check(const char *uri, char *err, size_t len) {

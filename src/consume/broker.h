@@ -68,9 +68,12 @@ typedef struct {
 typedef struct {
   const char *scheme;
   size_t size; /* of the broker's own struct, which starts with a cs_broker */
-  /* Parse and check a URI of this scheme into u (cleared by the caller):
-   * 0, or -1 with a sentence naming what is wrong and the accepted form. */
-  int (*check_uri)(const char *text, cs_uri *u, char *err, size_t len);
+  const char *const *params; /* the ?name=... it takes, NULL-terminated */
+  int default_port;
+  /* The broker's own rules for a parsed URI of its scheme (parameters
+   * known, port defaulted): 0, or -1 with a sentence naming what is wrong
+   * and the accepted form. */
+  int (*check_uri)(const cs_uri *u, char *err, size_t len);
   /* b is zeroed but for its cs_broker (URI, options). 0, or an error with
    * a sentence in *why (malloc'd) after which the broker frees b itself
    * (at once, or once its handles are closed). */
@@ -91,6 +94,12 @@ typedef struct {
    * submitted before close still complete first. */
   void (*close)(cs_broker *b);
 } cs_broker_vt;
+
+/* A broker's table from its functions' prefix: P_params, P_check_uri, P_start, ... */
+#define CS_BROKER_VT(name, type, port, P)                                            \
+  {.scheme = name, .size = sizeof(type), .params = P##_params, .default_port = port,  \
+   .check_uri = P##_check_uri, .start = P##_start, .credit = P##_credit, .ack = P##_ack, \
+   .later = P##_later, .dead = P##_dead, .close = P##_close}
 
 /* What every broker has: the first member of each broker's struct. */
 struct cs_broker {

@@ -37,14 +37,9 @@
 #include "consume/amqp_int.h"
 #include "idem/idem.h"
 
-static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
-  static const char *const known[] = {"queue", "prefetch", NULL};
-  if (cs_uri_parse(text, u, err, len))
-    return -1;
-  if (strcmp(u->scheme, "amqp"))
-    return snprintf(err, len, "not an amqp:// URI"), -1;
-  if (cs_uri_known(u, known, err, len))
-    return -1;
+static const char *const a_params[] = {"queue", "prefetch", NULL};
+
+static int a_check_uri(const cs_uri *u, char *err, size_t len) {
   const char *q = cs_uri_param(u, "queue"), *p = cs_uri_param(u, "prefetch");
   if (!q || !*q || strlen(q) > 200)
     return snprintf(err, len, "an AMQP broker needs ?queue=NAME"), -1;
@@ -54,8 +49,6 @@ static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
     if (!*p || *end || v < 1 || v > 65535)
       return snprintf(err, len, "prefetch is a number from 1 to 65535, not '%s'", p), -1;
   }
-  if (!u->port)
-    u->port = 5672;
   return 0;
 }
 
@@ -285,14 +278,4 @@ static int a_start(cs_broker *base, char **why) {
   return 0;
 }
 
-const cs_broker_vt cs_broker_amqp = {
-    .scheme = "amqp",
-    .size = sizeof(abroker),
-    .check_uri = check_uri,
-    .start = a_start,
-    .credit = a_credit,
-    .ack = a_ack,
-    .later = a_later,
-    .dead = a_dead,
-    .close = a_close,
-};
+const cs_broker_vt cs_broker_amqp = CS_BROKER_VT("amqp", abroker, 5672, a);

@@ -78,22 +78,15 @@ struct nbroker {
   int handles;
 };
 
-static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
-  static const char *const known[] = {"stream", "consumer", NULL};
-  if (cs_uri_parse(text, u, err, len))
-    return -1;
-  if (strcmp(u->scheme, "nats"))
-    return snprintf(err, len, "not a nats:// URI"), -1;
-  if (cs_uri_known(u, known, err, len))
-    return -1;
+static const char *const n_params[] = {"stream", "consumer", NULL};
+
+static int n_check_uri(const cs_uri *u, char *err, size_t len) {
   const char *s = cs_uri_param(u, "stream"), *c = cs_uri_param(u, "consumer");
   if (!s || !*s || !c || !*c || strpbrk(c, ". *>") || strpbrk(s, ". *>"))
     return snprintf(err, len, "a NATS broker needs ?stream=NAME&consumer=NAME (names without "
                               "'.', '*', '>' or spaces)"), -1;
   if (*u->path)
     return snprintf(err, len, "a NATS URI has no path"), -1;
-  if (!u->port)
-    u->port = 4222;
   return 0;
 }
 
@@ -537,14 +530,4 @@ static int n_start(cs_broker *base, char **why) {
   return 0;
 }
 
-const cs_broker_vt cs_broker_nats = {
-    .scheme = "nats",
-    .size = sizeof(nbroker),
-    .check_uri = check_uri,
-    .start = n_start,
-    .credit = n_credit,
-    .ack = n_ack,
-    .later = n_later,
-    .dead = n_dead,
-    .close = n_close,
-};
+const cs_broker_vt cs_broker_nats = CS_BROKER_VT("nats", nbroker, 4222, n);

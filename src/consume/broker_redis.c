@@ -83,14 +83,9 @@ static void maybe_done(rbroker *b);
 
 /* ---- the URI ---- */
 
-static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
-  static const char *const known[] = {"stream", "group", "consumer", NULL};
-  if (cs_uri_parse(text, u, err, len))
-    return -1;
-  if (strcmp(u->scheme, "redis"))
-    return snprintf(err, len, "not a redis:// URI"), -1;
-  if (cs_uri_known(u, known, err, len))
-    return -1;
+static const char *const r_params[] = {"stream", "group", "consumer", NULL};
+
+static int r_check_uri(const cs_uri *u, char *err, size_t len) {
   const char *stream = cs_uri_param(u, "stream"), *group = cs_uri_param(u, "group");
   if (!stream || !*stream || !group || !*group)
     return snprintf(err, len, "a Redis broker needs ?stream=NAME&group=NAME"), -1;
@@ -98,8 +93,6 @@ static int check_uri(const char *text, cs_uri *u, char *err, size_t len) {
     if (*p < '0' || *p > '9' || p - u->path > 4)
       return snprintf(err, len, "the path is the database number (e.g. /0), not '%s'",
                       u->path), -1;
-  if (!u->port)
-    u->port = 6379;
   return 0;
 }
 
@@ -612,15 +605,5 @@ static void r_close(cs_broker *base) {
   maybe_done(b);
 }
 
-const cs_broker_vt cs_broker_redis = {
-    .scheme = "redis",
-    .size = sizeof(rbroker),
-    .check_uri = check_uri,
-    .start = r_start,
-    .credit = r_credit,
-    .ack = r_ack,
-    .later = r_later,
-    .dead = r_dead,
-    .close = r_close,
-};
+const cs_broker_vt cs_broker_redis = CS_BROKER_VT("redis", rbroker, 6379, r);
 

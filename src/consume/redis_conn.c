@@ -1,12 +1,10 @@
 /*
- * redis_conn.c - a hiredis async connection on libuv (redis_conn.h).
- *
- * hiredis 0.14's adapters/libuv.h drops poll errors (status < 0), and libuv
- * reports a refused connect or a reset socket only that way; so, as the
- * Redis store does, the adapter here lets hiredis do the read or write that
- * finds the error.
+ * redis_conn.c - a hiredis async connection on libuv (redis_conn.h), driven
+ * by the Redis store's adapter (store/redis_uv.h).
  */
 #include "consume/redis_conn.h"
+
+#include "store/redis_uv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,56 +13,23 @@
 struct rconn {
   rconn_opts o;
   redisAsyncContext *ac;
-  uv_poll_t *poll;
-  int events;
   uv_timer_t *timer; /* connect + handshake deadline */
   int handshake_left;
   int ready;
   int closed; /* rconn_close or gone: nothing more is reported */
 };
 
-/* ---- the libuv adapter ---- */
-
-static void poll_cb(uv_poll_t *h, int status, int events) {
-  rconn *c = h->data;
-  int ev = events;
-  if (status < 0) {
-    ev = c->events;
-    c->events = 0;
-  }
-  if (c->ac && (ev & UV_READABLE))
-    redisAsyncHandleRead(c->ac);
-  if (c->ac && (ev & UV_WRITABLE))
-    redisAsyncHandleWrite(c->ac);
-}
-
-static void ev_update(rconn *c, int add, int del) {
-  int events = (c->events | add) & ~del;
-  if (events == c->events || !c->poll)
-    return;
-  c->events = events;
-  if (events)
-    uv_poll_start(c->poll, events, poll_cb);
-  else
-    uv_poll_stop(c->poll);
-}
-static void ev_add_read(void *d) { ev_update(d, UV_READABLE, 0); }
-static void ev_del_read(void *d) { ev_update(d, 0, UV_READABLE); }
-static void ev_add_write(void *d) { ev_update(d, UV_WRITABLE, 0); }
-static void ev_del_write(void *d) { ev_update(d, 0, UV_WRITABLE); }
-static void free_handle(uv_handle_t *h) { free(h); }
+/* hiredis is done with the context: the rconn goes with its timer, on a
+ * later turn of the loop (hiredis still calls the disconnect callback,
+ * which reads it, before this). */
 static void free_conn(uv_handle_t *h) {
   free(h->data);
   free(h);
 }
 
-/* hiredis is done with the context: the handles go, and the rconn with the
- * last of them, on a later turn of the loop (hiredis still calls the
- * disconnect callback, which reads it, after this). */
-static void ev_cleanup(void *d) {
-  rconn *c = d;
+static void ac_done(void *arg) {
+  rconn *c = arg;
   c->ac = NULL;
-  uv_close((uv_handle_t *)c->poll, free_handle);
   uv_close((uv_handle_t *)c->timer, free_conn);
 }
 
@@ -136,32 +101,23 @@ static void handshake(rconn *c) {
 
 rconn *rconn_open(uv_loop_t *loop, const rconn_opts *o, const char **why) {
   rconn *c = calloc(1, sizeof *c);
-  uv_poll_t *poll = malloc(sizeof *poll);
   uv_timer_t *timer = malloc(sizeof *timer);
-  redisAsyncContext *ac = c && poll && timer ? redisAsyncConnect(o->addr, o->port) : NULL;
-  if (!ac || ac->err || uv_poll_init(loop, poll, ac->c.fd)) {
+  redisAsyncContext *ac = c && timer ? redisAsyncConnect(o->addr, o->port) : NULL;
+  if (!ac || ac->err || redis_uv_attach(ac, loop, ac_done, c)) {
     *why = ac && ac->err ? "cannot connect" : "out of memory";
     if (ac)
-      redisAsyncFree(ac);
+      redisAsyncFree(ac); /* before attach, or with it: ac_done does not run */
     free(c);
-    free(poll);
     free(timer);
     return NULL;
   }
   c->o = *o;
   c->ac = ac;
-  c->poll = poll;
   c->timer = timer;
-  poll->data = timer->data = c;
+  timer->data = c;
   uv_timer_init(loop, timer);
   uv_timer_start(timer, on_timeout, (uint64_t)o->connect_timeout_ms, 0);
   ac->data = c;
-  ac->ev.data = c;
-  ac->ev.addRead = ev_add_read;
-  ac->ev.delRead = ev_del_read;
-  ac->ev.addWrite = ev_add_write;
-  ac->ev.delWrite = ev_del_write;
-  ac->ev.cleanup = ev_cleanup;
   redisAsyncSetConnectCallback(ac, on_connect);
   redisAsyncSetDisconnectCallback(ac, on_disconnect);
   handshake(c);

@@ -235,7 +235,7 @@ static void connect_next(rstore *rs, const char *why) {
     redis_conn_drop(rs, last);
     return;
   }
-  if (redis_uv_attach(ac, rs->loop) != 0) {
+  if (redis_uv_attach(ac, rs->loop, NULL, NULL) != 0) {
     redisAsyncFree(ac);
     redis_conn_drop(rs, "cannot watch the socket");
     return;

@@ -26,6 +26,7 @@
 #include "store/lookup.h"
 #include "core/queue.h"
 #include "store/redis.h"
+#include "store/redis_uv.h"
 
 typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;
 
@@ -119,8 +120,5 @@ void redis_maybe_teardown(rstore *rs);
 /* ---- redis_list.c */
 void redis_list_start(rstore *rs, idem_req *req);
 
-/* ---- redis_uv.c */
-/* Drive ac from loop's poll handle; 0 or -1. */
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
 
 #endif

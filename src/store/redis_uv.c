@@ -8,12 +8,14 @@
  */
 #include <stdlib.h>
 
-#include "store/redis_env.h"
+#include "store/redis_uv.h"
 
 typedef struct {
   redisAsyncContext *ac;
   uv_poll_t handle;
   int events;
+  void (*done)(void *arg);
+  void *done_arg;
 } uvev;
 
 static void uvev_poll(uv_poll_t *handle, int status, int events) {
@@ -50,9 +52,11 @@ static void uvev_cleanup(void *d) {
   uvev *p = d;
   p->ac = NULL;
   uv_close((uv_handle_t *)&p->handle, uvev_closed);
+  if (p->done)
+    p->done(p->done_arg);
 }
 
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop) {
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, void (*done)(void *arg), void *arg) {
   uvev *p = calloc(1, sizeof *p);
   if (p == NULL)
     return -1;
@@ -62,6 +66,8 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop) {
   }
   p->handle.data = p;
   p->ac = ac;
+  p->done = done;
+  p->done_arg = arg;
   ac->ev.data = p;
   ac->ev.addRead = uvev_add_read;
   ac->ev.delRead = uvev_del_read;
