@@ -103,11 +103,27 @@ def run_one(broker, mode, tmp, handler_url, r):
     return N / secs, quantile(buckets, 0.5) * 1000, quantile(buckets, 0.99) * 1000
 
 
-class Redis:
+class Broker:
+    """A broker server of the bench's own (self.s), stopped by close()."""
+
+    def __init__(self, server):
+        self.s = server.start()
+        self.url = getattr(self.s, "url", None)
+
+    def uri(self, name):
+        return "%s?%s" % (self.url, self.query % name)
+
+    def close(self):
+        self.s.cleanup()
+
+
+class Redis(Broker):
     name = "redis"
+    query = "stream=%s&group=g"
 
     def __init__(self):
-        self.s = RedisServer(aof=True).start()
+        super().__init__(RedisServer(aof=True))
+        self.url = "redis://127.0.0.1:%d" % self.s.port
         self.r = RedisClient(self.s.port)
 
     def fresh(self, r, mode):
@@ -119,18 +135,13 @@ class Redis:
         for i in range(0, n, 2000):
             self.r.pipeline(cmds[i:i + 2000])
 
-    def uri(self, stream):
-        return "redis://127.0.0.1:%d?stream=%s&group=g" % (self.s.port, stream)
 
-    def close(self):
-        self.s.cleanup()
-
-
-class Nats:
+class Nats(Broker):
     name = "nats"
+    query = "stream=%s&consumer=c"
 
     def __init__(self):
-        self.s = NatsServer().start()
+        super().__init__(NatsServer())
         self.c = NatsClient(self.s.port)
 
     def fresh(self, r, mode):
@@ -142,18 +153,13 @@ class Nats:
         self.c.publish_many(name.lower(), [(b'{"i":%d}' % i, {"Nats-Msg-Id": "%s-%d" % (name, i)})
                                            for i in range(n)])
 
-    def uri(self, name):
-        return "%s?stream=%s&consumer=c" % (self.s.url, name)
 
-    def close(self):
-        self.s.cleanup()
-
-
-class Amqp:
+class Amqp(Broker):
     name = "rabbitmq"
+    query = "queue=%s"
 
     def __init__(self):
-        self.s = RabbitServer().start()
+        super().__init__(RabbitServer())
 
     def fresh(self, r, mode):
         q = "bench-%s-%d" % (mode, r)
@@ -167,11 +173,6 @@ class Amqp:
         c.publish_many(q, [('{"i":%d}' % i, {"message_id": "%s-%d" % (q, i)}) for i in range(n)])
         c.close()
 
-    def uri(self, q):
-        return "%s?queue=%s" % (self.s.url, q)
-
-    def close(self):
-        self.s.cleanup()
 
 
 def main():
