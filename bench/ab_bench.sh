@@ -21,20 +21,8 @@ A="" B="" STORE=lmdb MODE=replay ROUNDS=5 DURATION=5s CONNS=64 THREADS=2 OUT=""
 REPLAY_KEYS=1000
 BODY='{"amount":1000,"currency":"eur"}'
 CMDLINE="bench/ab_bench.sh $*"
-while [ $# -gt 0 ]; do
-  case $1 in
-    --a) A=$2; shift 2 ;;
-    --b) B=$2; shift 2 ;;
-    --store) STORE=$2; shift 2 ;;
-    --mode) MODE=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
-    --connections) CONNS=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-    *) echo "ab_bench.sh: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+bench_options 2,14 "--a=A --b=B --store=STORE --mode=MODE --rounds=ROUNDS --duration=DURATION
+  --connections=CONNS --out=OUT" "$@"
 [ -x "$A" ] && [ -x "$B" ] || { echo "ab_bench.sh: --a and --b name two idem binaries" >&2; exit 2; }
 case $STORE in memory|lmdb) ;; *) echo "ab_bench.sh: --store memory or lmdb" >&2; exit 2 ;; esac
 case $MODE in unique|replay) ;; *) echo "ab_bench.sh: --mode unique or replay" >&2; exit 2 ;; esac

@@ -17,9 +17,29 @@
 #   wrk_run TARGET PORT MODE    one wrk run ($THREADS, $CONNS, $DURATION); sets
 #                               WRK_RESULT to the RESULT fields
 #   check_alive                 fail if any process in PIDS died
+# Options (every script):
+#   bench_options LINES SPEC ARGS...
+#                               SPEC is "--flag=VAR ...": each "--flag VALUE" in ARGS sets
+#                               VAR; --help prints lines LINES of $0; anything else exits 2
 # Reports (lmdb_bench.sh, pg_bench.sh):
 #   machine_lines               "## Machine", CPU (with the load) and memory lines
 #   raw_runs FILE               "## Raw runs" and FILE in a code block
+
+bench_options() {
+  local lines=$1 spec=$2 pair var
+  shift 2
+  while [ $# -gt 0 ]; do
+    case $1 in -h|--help) sed -n "${lines}p" "$0"; exit 0 ;; esac
+    var=""
+    for pair in $spec; do [ "${pair%%=*}" = "$1" ] && var=${pair#*=}; done
+    if [ -z "$var" ] || [ $# -lt 2 ]; then
+      echo "$(basename "$0"): unknown option or missing value: $1" >&2
+      exit 2
+    fi
+    printf -v "$var" '%s' "$2"
+    shift 2
+  done
+}
 
 bench_tmp() {
   TMP=$(mktemp -d "/tmp/$1.XXXXXX")

@@ -30,17 +30,7 @@ OUT=$HERE/results/redis.md
 REPLAY_KEYS=1000
 CMDLINE="bench/redis_bench.sh $*"
 
-while [ $# -gt 0 ]; do
-  case $1 in
-    --build) BUILD=$2; shift 2 ;;
-    --duration) DURATION=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
-    --connections) CONNS=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "redis_bench.sh: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+bench_options 2,19 "--build=BUILD --duration=DURATION --threads=THREADS --connections=CONNS --out=OUT" "$@"
 if [ -z "$BUILD" ]; then
   for c in "$SRC/build" "$SRC/build-redis" "$SRC/build-e2e"; do
     [ -x "$c/idem" ] && [ -x "$c/redis_bench" ] && BUILD=$c && break
