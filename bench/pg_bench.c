@@ -19,6 +19,7 @@
 
 #include <uv.h>
 
+#include "latencies.h"
 #include "idem/idem.h"
 #include "store/postgres.h"
 
@@ -45,8 +46,7 @@ struct bench {
   int64_t end_ns;
   uint64_t seq, done, errors;
   int outstanding;
-  int64_t *lat; /* pair latencies in microseconds */
-  size_t nlat, cap;
+  latencies lat; /* of pairs */
   int stopping;
   char run[32];
 };
@@ -62,11 +62,7 @@ static void on_complete(idem_store *s, const idem_result *res, void *arg) {
     b->errors++;
   } else {
     b->done++;
-    if (b->nlat == b->cap) {
-      b->cap = b->cap ? b->cap * 2 : 65536;
-      b->lat = realloc(b->lat, b->cap * sizeof *b->lat);
-    }
-    b->lat[b->nlat++] = (mono_ns() - p->started) / 1000;
+    latencies_add(&b->lat, (mono_ns() - p->started) / 1000);
   }
   start_pair(p);
 }
@@ -108,18 +104,6 @@ static void start_pair(pair *p) {
     b->errors++;
 }
 
-static int cmp64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-static double pct_ms(bench *b, double q) {
-  if (!b->nlat)
-    return 0;
-  size_t i = (size_t)(q * (double)(b->nlat - 1));
-  return (double)b->lat[i] / 1000.0;
-}
-
 static void on_closed(idem_store *s, void *arg) {
   (void)s;
   *(int *)arg = 1;
@@ -153,14 +137,14 @@ static int run(const char *uri, int in_flight, double secs) {
     uv_run(&loop, UV_RUN_ONCE);
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
-  qsort(b.lat, b.nlat, sizeof *b.lat, cmp64);
+  latencies_sort(&b.lat);
   const char *pool = strstr(uri, "pool="), *batch = strstr(uri, "batch=");
   printf("tool=idem pool=%d batch=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
          "pairs_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f\n",
          pool ? atoi(pool + 5) : 2, batch ? atoi(batch + 6) : 64, in_flight, (unsigned long long)b.done,
-         (unsigned long long)b.errors, elapsed, (double)b.done / elapsed, pct_ms(&b, 0.50),
-         pct_ms(&b, 0.99));
-  free(b.lat);
+         (unsigned long long)b.errors, elapsed, (double)b.done / elapsed, latencies_ms(&b.lat, 0.50),
+         latencies_ms(&b.lat, 0.99));
+  free(b.lat.v);
   free(pairs);
   return b.errors ? 1 : 0;
 }

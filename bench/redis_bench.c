@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include "latencies.h"
 #include "idem/idem.h"
 #include "store/redis.h"
 
@@ -46,8 +47,7 @@ struct worker {
   idem_store *store;
   pair *pairs;
   uint64_t seq, done, errors, outstanding;
-  int64_t *lat; /* pair latencies, microseconds */
-  size_t nlat, cap;
+  latencies lat; /* of pairs */
   int stopping;
 };
 
@@ -64,13 +64,7 @@ static void on_complete(idem_store *s, const idem_result *res, void *arg) {
     w->errors++;
   } else {
     w->done++;
-    if (w->nlat == w->cap) {
-      w->cap = w->cap ? w->cap * 2 : 65536;
-      w->lat = realloc(w->lat, w->cap * sizeof *w->lat);
-      if (!w->lat)
-        abort();
-    }
-    w->lat[w->nlat++] = (mono_ns() - p->started) / 1000;
+    latencies_add(&w->lat, (mono_ns() - p->started) / 1000);
   }
   start_pair(p);
 }
@@ -133,11 +127,6 @@ static void *run_worker(void *arg) {
   return NULL;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "script")) {
     fwrite(idem_redis_script, 1, idem_redis_script_len, stdout);
@@ -163,29 +152,21 @@ int main(int argc, char **argv) {
     pthread_create(&th[i], NULL, run_worker, &ws[i]);
   }
   uint64_t done = 0, errors = 0;
-  size_t nlat = 0;
+  latencies lat = {0};
   for (int i = 0; i < threads; i++) {
     pthread_join(th[i], NULL);
     done += ws[i].done;
     errors += ws[i].errors;
-    nlat += ws[i].nlat;
+    latencies_take(&lat, &ws[i].lat);
   }
   double secs = (double)(mono_ns() - start) / 1e9;
-  int64_t *lat = malloc((nlat + 1) * sizeof *lat);
-  size_t k = 0;
-  for (int i = 0; i < threads; i++) {
-    memcpy(lat + k, ws[i].lat, ws[i].nlat * sizeof *lat);
-    k += ws[i].nlat;
-    free(ws[i].lat);
-  }
-  qsort(lat, nlat, sizeof *lat, cmp_i64);
-  double p50 = nlat ? (double)lat[nlat / 2] / 1000 : 0;
-  double p99 = nlat ? (double)lat[nlat * 99 / 100] / 1000 : 0;
+  latencies_sort(&lat);
+  double p50 = latencies_ms(&lat, 0.50), p99 = latencies_ms(&lat, 0.99);
   printf("threads=%d in_flight=%d seconds=%.2f pairs=%llu errors=%llu pairs_per_sec=%.0f "
          "scripts_per_sec=%.0f pair_p50_ms=%.3f pair_p99_ms=%.3f\n",
          threads, in_flight, secs, (unsigned long long)done, (unsigned long long)errors,
          (double)done / secs, 2.0 * (double)done / secs, p50, p99);
-  free(lat);
+  free(lat.v);
   free(ws);
   free(th);
   return errors ? 1 : 0;
