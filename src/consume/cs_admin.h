@@ -5,6 +5,7 @@
  *   GET /readyz    200 "ready" when the broker is connected and the store
  *                  open, else 503 naming what is missing
  *   GET /metrics   Prometheus text (cs_metrics.h)
+ * with serve's admin timeouts and connection limit (http/admin_server.h).
  */
 #ifndef IDEM_CONSUME_CS_ADMIN_H
 #define IDEM_CONSUME_CS_ADMIN_H

@@ -223,7 +223,7 @@ class Consumer:
     def admin_get(self, path):
         s = socket.create_connection(("127.0.0.1", self.admin_port), timeout=5)
         try:
-            s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode())
             data = b""
             while True:
                 chunk = s.recv(65536)
