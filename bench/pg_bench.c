@@ -19,90 +19,11 @@
 
 #include <uv.h>
 
-#include "latencies.h"
+#include "pairs.h"
 #include "idem/idem.h"
 #include "store/postgres.h"
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static const char body[] = "{\"ok\":true,\"id\":\"bench\"}";
-static const char headers[] = "Content-Type: application/json\r\n";
-
-typedef struct bench bench;
-
-typedef struct {
-  bench *b;
-  char key[64];
-  uint64_t fence;
-  int64_t started;
-} pair;
-
-struct bench {
-  idem_store *store;
-  int64_t end_ns;
-  uint64_t seq, done, errors;
-  int outstanding;
-  latencies lat; /* of pairs */
-  int stopping;
-  char run[32];
-};
-
-static void start_pair(pair *p);
-
-static void on_complete(idem_store *s, const idem_result *res, void *arg) {
-  (void)s;
-  pair *p = arg;
-  bench *b = p->b;
-  b->outstanding--;
-  if (res->err) {
-    b->errors++;
-  } else {
-    b->done++;
-    latencies_add(&b->lat, (mono_ns() - p->started) / 1000);
-  }
-  start_pair(p);
-}
-
-static void on_claim(idem_store *s, const idem_result *res, void *arg) {
-  pair *p = arg;
-  bench *b = p->b;
-  if (res->err || res->outcome != IDEM_CLAIMED) {
-    b->errors++;
-    b->outstanding--;
-    start_pair(p);
-    return;
-  }
-  idem_op op = {.kind = IDEM_OP_COMPLETE, .scope = "bench", .key = p->key,
-                .fence = res->fence, .ttl_ms = 24 * 3600 * 1000,
-                .response = {.status = 200, .headers = headers,
-                             .headers_len = sizeof headers - 1, .body = body,
-                             .body_len = sizeof body - 1}};
-  if (idem_store_submit(s, &op, on_complete, p)) {
-    b->errors++;
-    b->outstanding--;
-  }
-}
-
-static void start_pair(pair *p) {
-  bench *b = p->b;
-  if (b->stopping || mono_ns() >= b->end_ns) {
-    b->stopping = 1;
-    return;
-  }
-  snprintf(p->key, sizeof p->key, "%s-%llu", b->run, (unsigned long long)b->seq++);
-  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = "bench", .key = p->key,
-                .lease_ms = 30000, .ttl_ms = 24 * 3600 * 1000};
-  idem_fingerprint("POST", "/bench", body, sizeof body - 1, 0, op.fingerprint);
-  p->started = mono_ns();
-  if (idem_store_submit(b->store, &op, on_claim, p) == 0)
-    b->outstanding++;
-  else
-    b->errors++;
-}
 
 static void on_closed(idem_store *s, void *arg) {
   (void)s;
@@ -112,8 +33,8 @@ static void on_closed(idem_store *s, void *arg) {
 static int run(const char *uri, int in_flight, double secs) {
   uv_loop_t loop;
   uv_loop_init(&loop);
-  bench b = {0};
-  snprintf(b.run, sizeof b.run, "r%lld", (long long)idem_now_ms());
+  pair_loop b = {.scope = "bench", .ttl_ms = 24 * 3600 * 1000, .body = body};
+  snprintf(b.prefix, sizeof b.prefix, "r%lld", (long long)idem_now_ms());
   char *msg = NULL;
   int err = idem_store_open(&loop, uri, &b.store, &msg);
   if (err) {
@@ -124,10 +45,7 @@ static int run(const char *uri, int in_flight, double secs) {
   pair *pairs = calloc((size_t)in_flight, sizeof *pairs);
   int64_t t0 = mono_ns();
   b.end_ns = t0 + (int64_t)(secs * 1e9);
-  for (int i = 0; i < in_flight; i++) {
-    pairs[i].b = &b;
-    start_pair(&pairs[i]);
-  }
+  pairs_start(&b, pairs, in_flight);
   while (!b.stopping || b.outstanding > 0)
     uv_run(&loop, UV_RUN_ONCE);
   double elapsed = (double)(mono_ns() - t0) / 1e9;
@@ -174,6 +92,7 @@ static char *hex_literal(const char *bytes, size_t n) {
 }
 
 static void script(void) {
+  static const char headers[] = "Content-Type: application/json\r\n"; /* as pairs.h's */
   char *h = hex_literal(headers, sizeof headers - 1), *b = hex_literal(body, sizeof body - 1);
   /* a fresh key per transaction: client id and a random 48-bit number */
   const char *const claim[] = {

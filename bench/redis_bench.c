@@ -21,106 +21,32 @@
 
 #include <uv.h>
 
-#include "latencies.h"
+#include "pairs.h"
 #include "idem/idem.h"
 #include "store/redis.h"
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-typedef struct worker worker;
-
 typedef struct {
-  worker *w;
-  char key[64];
-  int64_t started;
-} pair;
-
-struct worker {
   const char *uri;
   int id, in_flight;
-  int64_t end_ns;
   uv_loop_t loop;
-  idem_store *store;
+  pair_loop pl;
   pair *pairs;
-  uint64_t seq, done, errors, outstanding;
-  latencies lat; /* of pairs */
-  int stopping;
-};
+} worker;
 
 static const char body[] = "{\"ok\":true,\"id\":\"bench\"}";
 
-static void start_pair(pair *p);
-
-static void on_complete(idem_store *s, const idem_result *res, void *arg) {
-  (void)s;
-  pair *p = arg;
-  worker *w = p->w;
-  w->outstanding--;
-  if (res->err) {
-    w->errors++;
-  } else {
-    w->done++;
-    latencies_add(&w->lat, (mono_ns() - p->started) / 1000);
-  }
-  start_pair(p);
-}
-
-static void on_claim(idem_store *s, const idem_result *res, void *arg) {
-  pair *p = arg;
-  worker *w = p->w;
-  if (res->err || res->outcome != IDEM_CLAIMED) {
-    w->errors++;
-    w->outstanding--;
-    start_pair(p);
-    return;
-  }
-  idem_op op = {.kind = IDEM_OP_COMPLETE, .key = p->key, .fence = res->fence,
-                .ttl_ms = 3600 * 1000,
-                .response = {.status = 200, .headers = "Content-Type: application/json\r\n",
-                             .headers_len = 32, .body = body, .body_len = sizeof body - 1}};
-  if (idem_store_submit(s, &op, on_complete, p)) {
-    w->errors++;
-    w->outstanding--;
-  }
-}
-
-static void start_pair(pair *p) {
-  worker *w = p->w;
-  if (mono_ns() >= w->end_ns) {
-    if (w->outstanding == 0 && !w->stopping) {
-      w->stopping = 1;
-      idem_store_close(w->store, NULL, NULL);
-    }
-    return;
-  }
-  snprintf(p->key, sizeof p->key, "bench-%d-%d-%llu", (int)getpid(), w->id,
-           (unsigned long long)w->seq++);
-  idem_op op = {.kind = IDEM_OP_CLAIM, .key = p->key, .lease_ms = 30000, .ttl_ms = 3600 * 1000};
-  memcpy(op.fingerprint, "0123456789abcdef0123456789abcdef", IDEM_FINGERPRINT_LEN);
-  p->started = mono_ns();
-  if (idem_store_submit(w->store, &op, on_claim, p) == 0)
-    w->outstanding++;
-  else
-    w->errors++;
-}
+static void close_store(pair_loop *l) { idem_store_close(l->store, NULL, NULL); }
 
 static void *run_worker(void *arg) {
   worker *w = arg;
   uv_loop_init(&w->loop);
   char *msg = NULL;
-  if (idem_store_open(&w->loop, w->uri, &w->store, &msg)) {
+  if (idem_store_open(&w->loop, w->uri, &w->pl.store, &msg)) {
     fprintf(stderr, "redis_bench: cannot open %s: %s\n", w->uri, msg ? msg : "");
     exit(1);
   }
   w->pairs = calloc((size_t)w->in_flight, sizeof *w->pairs);
-  for (int i = 0; i < w->in_flight; i++) {
-    w->pairs[i].w = w;
-    start_pair(&w->pairs[i]);
-  }
+  pairs_start(&w->pl, w->pairs, w->in_flight);
   uv_run(&w->loop, UV_RUN_DEFAULT);
   uv_loop_close(&w->loop);
   free(w->pairs);
@@ -148,16 +74,18 @@ int main(int argc, char **argv) {
   int64_t start = mono_ns();
   for (int i = 0; i < threads; i++) {
     ws[i] = (worker){.uri = argv[1], .id = i, .in_flight = in_flight,
-                     .end_ns = start + (int64_t)(seconds * 1e9)};
+                     .pl = {.ttl_ms = 3600 * 1000, .body = body, .on_end = close_store,
+                            .end_ns = start + (int64_t)(seconds * 1e9)}};
+    snprintf(ws[i].pl.prefix, sizeof ws[i].pl.prefix, "bench-%d-%d", (int)getpid(), i);
     pthread_create(&th[i], NULL, run_worker, &ws[i]);
   }
   uint64_t done = 0, errors = 0;
   latencies lat = {0};
   for (int i = 0; i < threads; i++) {
     pthread_join(th[i], NULL);
-    done += ws[i].done;
-    errors += ws[i].errors;
-    latencies_take(&lat, &ws[i].lat);
+    done += ws[i].pl.done;
+    errors += ws[i].pl.errors;
+    latencies_take(&lat, &ws[i].pl.lat);
   }
   double secs = (double)(mono_ns() - start) / 1e9;
   latencies_sort(&lat);
