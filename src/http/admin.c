@@ -29,27 +29,12 @@ struct gw_admin {
   gw_admin_server *server;
   idem_store *store;
   uint64_t store_retry_at;
-  int handles; /* the server + the store + ops in flight */
-  int stopping;
-  void (*done)(void *);
+  void (*done)(void *); /* gw_admin_stop's */
   void *done_arg;
 };
 
-static void admin_unref(gw_admin *a) {
-  if (--a->handles == 0 && a->stopping) {
-    void (*done)(void *) = a->done;
-    void *arg = a->done_arg;
-    free(a);
-    if (done)
-      done(arg);
-  }
-}
-
 static idem_store *admin_store(gw_admin *a) {
-  int had = a->store != NULL;
   gw_store_reopen(a->loop, a->cfg->store_uri, "admin ", &a->store, &a->store_retry_at);
-  if (!had && a->store)
-    a->handles++; /* the store handle's hold, until it is closed */
   return a->store;
 }
 
@@ -113,7 +98,6 @@ static void on_store(idem_store *st, const idem_result *res, void *arg) {
   } else {
     gw_admin_reply(r, 204, "text/plain", "", 0);
   }
-  admin_unref(q->a); /* the op's hold */
 }
 
 /* /readyz: the store answered a read of a key nobody uses (not found is a
@@ -123,7 +107,6 @@ static void on_store(idem_store *st, const idem_result *res, void *arg) {
 
 static void on_ready(idem_store *st, const idem_result *res, void *arg) {
   gw_admin_req *r = arg;
-  admin_req *q = gw_admin_req_data(r);
   (void)st;
   size_t spooled = gw_metrics_spool_depth_get();
   char body[96];
@@ -138,7 +121,6 @@ static void on_ready(idem_store *st, const idem_result *res, void *arg) {
              idem_strerror(res->err), spooled);
     gw_admin_reply_problem(r, 503, "store-unavailable", "Store unavailable", detail);
   }
-  admin_unref(q->a); /* the op's hold */
 }
 
 /* Submit op to the admin's store handle, answered by cb; 503 when the store
@@ -151,10 +133,8 @@ static void submit_admin_op(gw_admin_req *r, const idem_op *op, idem_cb cb) {
                            "the store could not be opened");
     return;
   }
-  a->handles++;
   int rc = idem_store_submit(st, op, cb, r);
   if (rc) {
-    a->handles--;
     gw_admin_reply_problem(r, 503, "store-unavailable", "Store unavailable", idem_strerror(rc));
   }
 }
@@ -240,25 +220,32 @@ gw_admin *gw_admin_start(uv_loop_t *loop, const gw_config *cfg, int fd) {
     free(a);
     return NULL;
   }
-  a->handles = 1;
   admin_store(a);
   return a;
 }
 
-static void server_stopped(void *arg) { admin_unref(arg); }
 static void store_closed(idem_store *st, void *arg) {
+  gw_admin *a = arg;
   (void)st;
-  admin_unref(arg);
+  void (*done)(void *) = a->done;
+  void *done_arg = a->done_arg;
+  free(a);
+  if (done)
+    done(done_arg);
+}
+
+/* Every request is answered by now (the server waits for those a store
+ * operation holds), so no operation is in flight: the store can go. */
+static void server_stopped(void *arg) {
+  gw_admin *a = arg;
+  if (a->store)
+    idem_store_close(a->store, store_closed, a);
+  else
+    store_closed(NULL, a);
 }
 
 void gw_admin_stop(gw_admin *a, void (*done)(void *), void *arg) {
-  a->stopping = 1;
   a->done = done;
   a->done_arg = arg;
-  if (a->store) {
-    idem_store *st = a->store;
-    a->store = NULL;
-    idem_store_close(st, store_closed, a);
-  }
   gw_admin_server_stop(a->server, server_stopped, a);
 }
