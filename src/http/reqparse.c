@@ -59,37 +59,31 @@ static int count_head(gw_reqparser *rp, size_t len) {
   return 0;
 }
 
+/* rc of adding a piece of the head: out of memory is a 503. */
+static int added(gw_reqparser *rp, int rc) { return rc ? refuse(rp, 503, "out of memory") : 0; }
+
 static int on_url(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
-  if (count_head(rp, len))
-    return -1;
-  if (gw_buf_append(&rp->cur->target, at, len))
-    return refuse(rp, 503, "out of memory");
-  return 0;
+  return count_head(rp, len) ? -1 : added(rp, gw_buf_append(&rp->cur->target, at, len));
 }
 
+/* Trailer fields (after the body) are dropped: never forwarded as headers. */
 static int on_header_field(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
   if (rp->in_body)
-    return 0; /* trailer fields are dropped: never forwarded as headers */
+    return 0;
   /* ": " and CRLF count once per header, however the name arrives */
   int fresh = rp->cur->headers.n == 0 || rp->cur->headers.in_value;
   if (count_head(rp, len + (fresh ? 4 : 0)))
     return -1;
-  if (gw_headers_on_field(&rp->cur->headers, at, len))
-    return refuse(rp, 503, "out of memory");
-  return 0;
+  return added(rp, gw_headers_on_field(&rp->cur->headers, at, len));
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
   if (rp->in_body)
     return 0;
-  if (count_head(rp, len))
-    return -1;
-  if (gw_headers_on_value(&rp->cur->headers, at, len))
-    return refuse(rp, 503, "out of memory");
-  return 0;
+  return count_head(rp, len) ? -1 : added(rp, gw_headers_on_value(&rp->cur->headers, at, len));
 }
 
 const char *gw_target_check(const char *t, size_t len, enum http_method m, gw_target_form *f) {
