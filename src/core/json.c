@@ -233,17 +233,24 @@ static int next_or_close(json_parser *p, unsigned char closer) {
   return fail(p, IDEM_EJSON);
 }
 
-static int parse_array(json_parser *p) {
+/* The items of an array (parse_value, commas copied) or an object
+ * (parse_member, commas written by sort_members) up to closer. */
+static int parse_items(json_parser *p, char closer, int (*item)(json_parser *), int commas) {
   int more;
-  if (enter(p) < 0) return -1;
-  if (p->s < p->end && *p->s == ']') {
+  if (p->s < p->end && *p->s == closer) {
     p->s++;
-  } else {
-    do {
-      if (parse_value(p) < 0 || (more = next_or_close(p, ']')) < 0) return -1;
-      if (more) emit_byte(p, ',');
-    } while (more);
+    return 0;
   }
+  do {
+    if (item(p) < 0 || (more = next_or_close(p, closer)) < 0) return -1;
+    if (more && commas) emit_byte(p, ',');
+    skip_ws(p);
+  } while (more);
+  return 0;
+}
+
+static int parse_array(json_parser *p) {
+  if (enter(p) < 0 || parse_items(p, ']', parse_value, 1) < 0) return -1;
   emit_byte(p, ']');
   p->depth--;
   return 0;
@@ -304,17 +311,8 @@ static int sort_members(json_parser *p, size_t first) {
 
 static int parse_object(json_parser *p) {
   size_t first = p->members_len, keys_mark = p->keys_len;
-  int more;
-  if (enter(p) < 0) return -1;
-  if (p->s < p->end && *p->s == '}') {
-    p->s++;
-  } else {
-    do {
-      if (parse_member(p) < 0 || (more = next_or_close(p, '}')) < 0) return -1;
-      if (more) skip_ws(p);
-    } while (more);
-    if (p->members_len - first > 1 && sort_members(p, first) < 0) return -1;
-  }
+  if (enter(p) < 0 || parse_items(p, '}', parse_member, 0) < 0) return -1;
+  if (p->members_len - first > 1 && sort_members(p, first) < 0) return -1;
   emit_byte(p, '}');
   p->members_len = first;
   p->keys_len = keys_mark;
