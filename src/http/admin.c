@@ -13,6 +13,7 @@
 #include "http/metrics.h"
 #include "http/msg.h"
 #include "http/policy.h"
+#include "http/route_dump.h"
 #include "http/send_watch.h"
 #include "http/store_handle.h"
 
@@ -381,6 +382,19 @@ static void route(admin_conn *c) {
     gw_buf_free(&b);
     return;
   }
+  if (gw_ieq(u, plen, "/policy")) {
+    if (m != HTTP_GET)
+      goto not_allowed;
+    gw_routes *t = gw_routes_current();
+    gw_buf b = {0};
+    if (!t || gw_routes_json(t, &b))
+      reply_problem(c, 503, "out-of-memory", "Service Unavailable", "out of memory");
+    else
+      reply(c, 200, "application/json", b.p, b.len);
+    gw_buf_free(&b);
+    gw_routes_release(t);
+    return;
+  }
   if (plen > 6 && !strncmp(u, "/keys/", 6)) {
     if (m != HTTP_GET && m != HTTP_DELETE)
       goto not_allowed;
@@ -413,7 +427,7 @@ static void route(admin_conn *c) {
     return;
   }
   reply_problem(c, 404, "not-found", "Not Found",
-                "admin paths: /healthz, /readyz, /metrics, /keys/KEY");
+                "admin paths: /healthz, /readyz, /metrics, /policy, /keys/KEY");
   return;
 not_allowed:
   reply_problem(c, 405, "method-not-allowed", "Method Not Allowed",
