@@ -403,8 +403,9 @@ int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
         flag_given(running, name))
       continue; /* routes change live; flags override the file anyway */
     const cf_item *a = cf_top(running->doc, name), *b = cf_top(next.doc, name);
-    if ((a || b) && (!a || !b || strcmp(a->value, b->value)) && used + strlen(name) + 3 < changed_len)
-      used += (size_t)snprintf(changed + used, changed_len - used, "%s%s", used ? ", " : "", name);
+    const char *key = b ? b->key : a ? a->key : name; /* as the file spells it */
+    if ((a || b) && (!a || !b || strcmp(a->value, b->value)) && used + strlen(key) + 3 < changed_len)
+      used += (size_t)snprintf(changed + used, changed_len - used, "%s%s", used ? ", " : "", key);
   }
   *out = next.routes;
   next.routes = NULL;
