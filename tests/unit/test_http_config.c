@@ -13,9 +13,23 @@
 
 #define UP "--upstream", "http://127.0.0.1:9000"
 
+/* The route tables successful parses built, released at the end. */
+static gw_routes *built[256];
+static int nbuilt;
+
+static int release_built(void **state) {
+  (void)state;
+  while (nbuilt)
+    gw_routes_release(built[--nbuilt]);
+  return 0;
+}
+
 static int parse(gw_config *cfg, char *err, int argc, char **argv) {
   gw_config_init(cfg);
-  return gw_config_parse(cfg, argc, argv, err, 512);
+  int rc = gw_config_parse(cfg, argc, argv, err, 512);
+  if (cfg->routes && nbuilt < 256)
+    built[nbuilt++] = cfg->routes;
+  return rc;
 }
 #define PARSE(cfg, err, ...)                                                  \
   parse(cfg, err, (int)(sizeof((char *[]){"serve", __VA_ARGS__}) / sizeof(char *)), \
@@ -178,5 +192,5 @@ int main(void) {
       cmocka_unit_test(test_addresses), cmocka_unit_test(test_bad_values),
       cmocka_unit_test(test_usage_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, release_built);
 }
