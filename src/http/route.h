@@ -85,7 +85,7 @@ int gw_policy_parse_mode(void *cfg, const setting *s, const char *v, char *err, 
   {"store-statuses", "LIST", SETTING_CUSTOM, (B), "2xx,3xx,4xx", 0, 0,                         \
    gw_policy_parse_statuses,                                                                   \
    "upstream statuses kept for replay: 2xx..5xx or\nSTATUS (never 408, 409, 425, 429)"},      \
-  {"replay-headers", "all|drop:LIST", SETTING_CUSTOM, (B), "all", 0, 0, gw_policy_parse_replay, \
+  {"replay-headers", "RULE", SETTING_CUSTOM, (B), "all", 0, 0, gw_policy_parse_replay, \
    "headers of a kept answer that are replayed:\nall, or drop:Set-Cookie,..."},               \
   {"mode", "MODE", SETTING_CUSTOM, (B), "enforce", 0, 0, gw_policy_parse_mode,                 \
    "enforce, shadow (count what enforce would do,\nblock nothing) or off"}

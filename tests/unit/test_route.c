@@ -233,7 +233,8 @@ static void test_kept_headers(void **state) {
 static gw_request *request(const char *method, const char *target, const char *body) {
   gw_request *r = calloc(1, sizeof *r);
   snprintf(r->method, sizeof r->method, "%s", method);
-  gw_buf_puts(&r->target, target);
+  gw_buf_append(&r->target, target, strlen(target) + 1); /* NUL-terminated, as parsed */
+  r->target.len--;
   gw_buf_append(&r->body, body, strlen(body));
   return r;
 }
