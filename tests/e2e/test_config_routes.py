@@ -218,6 +218,52 @@ class Routes(ConfigTestCase):
         self.assertEqual(self.up.count("q-none"), 2)
 
 
+class WaitAndLease(ConfigTestCase):
+    def test_route_wait_and_lock_ttl(self):
+        text = """
+routes:
+  - match: {path: /patient}
+    wait: 5s
+  - match: {path: /short-lease}
+    lock_ttl: 1s
+"""
+        up, gw, _ = self.start_config_gateway(text, "--upstream-timeout", "500ms")
+        import threading
+        out = {}
+
+        def first(target, key, headers):
+            out[key] = gw.request("POST", target, body=b"{}", key=key, headers=headers)
+
+        # wait: 5s on /patient: a duplicate waits and replays
+        t = threading.Thread(target=first, args=("/patient", "w1", {"X-Test-Delay-Ms": "400"}))
+        t.start()
+        up.wait_count("w1", 1)
+        r = gw.request("POST", "/patient", body=b"{}", key="w1",
+                       headers={"X-Test-Delay-Ms": "400"})
+        t.join()
+        self.assertTrue(r.replayed, (r, self.gw_log()))
+        self.assertEqual(up.count("w1"), 1)
+        # the defaults: 409 at once
+        t = threading.Thread(target=first, args=("/other", "w2", {"X-Test-Delay-Ms": "400"}))
+        t.start()
+        up.wait_count("w2", 1)
+        self.assertProblem(gw.request("POST", "/other", body=b"{}", key="w2"), 409)
+        t.join()
+        # lock_ttl: 1s: a request whose answer never came is taken over
+        # after one second, with fence 2
+        self.assertEqual(gw.request("POST", "/short-lease", body=b"{}", key="l1",
+                                    headers={"X-Test-Hang": "1"}).status, 504)
+        self.assertProblem(gw.request("POST", "/short-lease", body=b"{}", key="l1"), 409)
+        deadline = time.monotonic() + 10
+        while True:
+            r = gw.request("POST", "/short-lease", body=b"{}", key="l1")
+            if r.status == 200:
+                break
+            self.assertLess(time.monotonic(), deadline, r)
+            time.sleep(0.1)
+        self.assertEqual(up.fences("l1"), ["1", "2"])
+
+
 class FlagsOverFile(ConfigTestCase):
     def test_flags_override_the_file(self):
         text = """
