@@ -181,7 +181,9 @@ static void names_of(const setting_table *t, char *out, size_t cap) {
   out[0] = 0;
   for (size_t i = 0; i < t->n; i++) {
     char k[64];
-    snprintf(k, sizeof k, "%s%s", i ? ", " : "", t->rows[i].name);
+    if (!strcmp(t->rows[i].name, "config"))
+      continue; /* a flag only: the file does not name itself */
+    snprintf(k, sizeof k, "%s%s", len ? ", " : "", t->rows[i].name);
     for (char *c = k; *c; c++)
       if (*c == '-')
         *c = '_';
