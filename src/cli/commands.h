@@ -10,6 +10,7 @@ int cmd_consume(int argc, char **argv); /* consume.c: a broker consumer */
 int cmd_keys(int argc, char **argv);    /* keys.c: get, delete, list records */
 int cmd_gc(int argc, char **argv);      /* gc.c: one retention pass */
 int cmd_migrate(int argc, char **argv); /* migrate.c: create/upgrade a schema */
+int cmd_config(int argc, char **argv);  /* config.c: check a serve config file */
 
 /* Print "idem CMD: MESSAGE" and a hint to run --help, return 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

@@ -19,6 +19,7 @@ static const char usage[] =
     "  keys      inspect records: get, delete, list\n"
     "  gc        delete expired records (one pass)\n"
     "  migrate   create or upgrade a store's schema (PostgreSQL)\n"
+    "  config    check a serve config file, or print its OpenAPI fragment\n"
     "  version   print the version\n"
     "\n"
     "Run 'idem <command> --help' for a command's options.\n";
@@ -32,6 +33,7 @@ static const struct {
     {"keys", cmd_keys},
     {"gc", cmd_gc},
     {"migrate", cmd_migrate},
+    {"config", cmd_config},
 };
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {

@@ -11,10 +11,15 @@ int cmd_serve(int argc, char **argv) {
   gw_config_init(&cfg);
   int rc = gw_config_parse(&cfg, argc, argv, err, sizeof err);
   if (rc == 1) {
+    gw_config_free(&cfg);
     gw_config_usage(stdout);
     return 0;
   }
-  if (rc < 0)
+  if (rc < 0) {
+    gw_config_free(&cfg);
     return cli_usage_error("serve", "%s", err);
-  return gw_run(&cfg);
+  }
+  rc = gw_run(&cfg);
+  gw_config_free(&cfg);
+  return rc;
 }

@@ -43,7 +43,9 @@ static void duration_text(int64_t ms, char *out, size_t len) {
 static int set_duration(const setting *s, int64_t *field, const char *v, char *err, size_t len) {
   int64_t ms;
   int zero_ok = s->min == 0;
-  if (zero_ok && !strcmp(v, "0")) {
+  /* "0", and zero with a unit ("0s", as a config file may say it) */
+  if (zero_ok && v[0] == '0' &&
+      (!v[1] || !strcmp(v + 1, "ms") || (strchr("smhd", v[1]) && !v[2]))) {
     *field = 0;
     return 0;
   }
@@ -104,7 +106,7 @@ static int apply(const setting *s, void *cfg, const char *v, char *err, size_t l
   switch (s->kind) {
   case SETTING_SWITCH:
     if (v && strcmp(v, "true") && strcmp(v, "false")) {
-      idem_errf(err, len, "--%s takes no value", s->name);
+      idem_errf(err, len, "--%s: '%s' is not true or false", s->name, v);
       return -1;
     }
     *(int *)(void *)field = !v || !strcmp(v, "true");
@@ -129,6 +131,10 @@ int settings_defaults(const setting_table *t, void *cfg, char *err, size_t errle
     if (t->rows[i].def && apply(&t->rows[i], cfg, t->rows[i].def, err, errlen))
       return -1;
   return 0;
+}
+
+const setting *settings_find(const setting_table *t, const char *name) {
+  return find(t, name, strlen(name));
 }
 
 int settings_set(const setting_table *t, void *cfg, const char *name, const char *value,

@@ -49,9 +49,13 @@ typedef struct {
 int settings_defaults(const setting_table *t, void *cfg, char *err, size_t errlen);
 
 /* Set the setting named name (no leading dashes) from text: 0, or -1 with a
- * sentence in err. A SWITCH takes NULL (or "true"/"false"). */
+ * sentence in err. A SWITCH takes NULL (or "true"/"false", as a config
+ * file gives it). */
 int settings_set(const setting_table *t, void *cfg, const char *name, const char *value,
                  char *err, size_t errlen);
+
+/* The row called name, or NULL. */
+const setting *settings_find(const setting_table *t, const char *name);
 
 /*
  * Parse argv[1..argc-1]: "--name VALUE", "--name=VALUE", "--switch", and

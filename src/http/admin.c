@@ -14,6 +14,7 @@
 #include "http/metrics.h"
 #include "http/msg.h"
 #include "http/policy.h"
+#include "http/route_dump.h"
 #include "http/store_handle.h"
 
 /* A request's own part of its connection: the key and scope it names. */
@@ -171,6 +172,18 @@ static void route_key(gw_admin_req *r, const char *u, size_t plen, const char *q
   submit_admin_op(r, &op, on_store);
 }
 
+/* /policy: the routes in force, as JSON (route_dump.h). */
+static void route_policy(gw_admin_req *r) {
+  gw_routes *t = gw_routes_current();
+  gw_buf b = {0};
+  if (!t || gw_routes_json(t, &b))
+    gw_admin_reply_problem(r, 503, "out-of-memory", "Service Unavailable", "out of memory");
+  else
+    gw_admin_reply(r, 200, "application/json", b.p, b.len);
+  gw_buf_free(&b);
+  gw_routes_release(t);
+}
+
 static void route(void *arg, gw_admin_req *r) {
   gw_admin *a = arg;
   ((admin_req *)gw_admin_req_data(r))->a = a;
@@ -191,15 +204,18 @@ static void route(void *arg, gw_admin_req *r) {
     gw_metrics_render_store(&b, admin_store(a));
     gw_admin_reply(r, 200, "text/plain; version=0.0.4", b.p, b.len);
     gw_buf_free(&b);
+  } else if (gw_ieq(u, plen, "/policy") && m == HTTP_GET) {
+    route_policy(r);
   } else if (plen > 6 && !strncmp(u, "/keys/", 6) && (m == HTTP_GET || m == HTTP_DELETE)) {
     route_key(r, u, plen, q, ulen);
   } else if (gw_ieq(u, plen, "/healthz") || gw_ieq(u, plen, "/readyz") ||
-             gw_ieq(u, plen, "/metrics") || (plen > 6 && !strncmp(u, "/keys/", 6))) {
+             gw_ieq(u, plen, "/metrics") || gw_ieq(u, plen, "/policy") ||
+             (plen > 6 && !strncmp(u, "/keys/", 6))) {
     gw_admin_reply_problem(r, 405, "method-not-allowed", "Method Not Allowed",
                            "this admin path does not take that method");
   } else {
     gw_admin_reply_problem(r, 404, "not-found", "Not Found",
-                           "admin paths: /healthz, /readyz, /metrics, /keys/KEY");
+                           "admin paths: /healthz, /readyz, /metrics, /policy, /keys/KEY");
   }
 }
 

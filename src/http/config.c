@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "core/settings.h"
+#include "http/config_file.h"
 #include "idem/idem.h"
 
 void gw_addr_format(const char *host, int port, char *out, size_t len) {
@@ -122,34 +123,6 @@ static int is_token(const char *s) {
   return 1;
 }
 
-static int parse_methods(gw_config *cfg, const char *list) {
-  int n = 0;
-  const char *p = list;
-  for (;;) {
-    size_t len = strcspn(p, ",");
-    const char *s = p, *e = p + len;
-    while (s < e && *s == ' ')
-      s++;
-    while (e > s && e[-1] == ' ')
-      e--;
-    if (e == s || (size_t)(e - s) >= sizeof cfg->methods[0] || n == GW_MAX_METHODS)
-      return -1;
-    char m[16];
-    memcpy(m, s, (size_t)(e - s));
-    m[e - s] = 0;
-    for (char *c = m; *c; c++)
-      *c = (char)toupper((unsigned char)*c);
-    if (!is_token(m))
-      return -1;
-    memcpy(cfg->methods[n++], m, sizeof m);
-    if (!p[len])
-      break;
-    p += len + 1;
-  }
-  cfg->nmethods = n;
-  return 0;
-}
-
 /* ---- values that are not durations, sizes or counts ---- */
 
 static int refuse_value(char *err, size_t len, const setting *s, const char *v, const char *what,
@@ -186,12 +159,17 @@ static int parse_store(void *cfg, const setting *s, const char *v, char *err, si
   return 0;
 }
 
-static int parse_methods_flag(void *cfg, const setting *s, const char *v, char *err,
-                              size_t len) {
-  char form[96];
-  snprintf(form, sizeof form, "comma-separated method names (e.g. POST,PATCH,PUT), at most %d",
-           GW_MAX_METHODS);
-  return parse_methods(cfg, v) ? refuse_value(err, len, s, v, "a method list", form) : 0;
+static int parse_config_path(void *cfg, const setting *s, const char *v, char *err,
+                             size_t len) {
+  gw_config *c = cfg;
+  if (!*v)
+    return refuse_value(err, len, s, v, "a file", "the path of a YAML file");
+  if (c->config_file && strcmp(c->config_file, v)) {
+    snprintf(err, len, "--config is given twice ('%s' and '%s')", c->config_file, v);
+    return -1;
+  }
+  c->config_file = v;
+  return 0;
 }
 
 static int parse_scope_header(void *cfg, const setting *s, const char *v, char *err,
@@ -222,7 +200,7 @@ static int parse_spool(void *cfg, const setting *s, const char *v, char *err, si
 /* ---- the table ---- */
 
 #define FIELD(f) offsetof(gw_config, f)
-#define DUR_MAX (100LL * 365 * 24 * 3600 * 1000) /* the store's own bound */
+#define DUR_MAX GW_DUR_MAX
 #define SIZE_MAX_BYTES (4LL << 30)
 
 /* Row makers: a row says its name, default and help once. */
@@ -240,15 +218,13 @@ static const setting serve_settings[] = {
            "the API behind the gateway: http://HOST:PORT (required)"),
     CUSTOM("store", "URI", "lmdb:./idem-data", parse_store,
            "memory:, lmdb:PATH, redis://..., postgres://..."),
-    DURATION("ttl", ttl_ms, "24h", 1, "how long a completed record is kept"),
-    DURATION("lock-ttl", lock_ttl_ms, "30s", 1, "processing lease"),
-    CUSTOM("methods", "LIST", "POST,PATCH", parse_methods_flag, "methods with semantics"),
-    {"require-key", NULL, SETTING_SWITCH, FIELD(require_key), NULL, 0, 0, NULL,
-     "400 when a request of those methods has no key"},
+    CUSTOM("config", "FILE", NULL, parse_config_path,
+           "YAML file: these settings (with _ for -), defaults:\nand routes: (flags override it; "
+           "SIGHUP reloads it)"),
+    /* the default route settings (route.h): --ttl, --lock-ttl, --methods, ... */
+    GW_POLICY_ROWS(FIELD(policy)),
     CUSTOM("scope-header", "NAME", NULL, parse_scope_header,
            "header whose value (SHA-256 hashed) scopes keys"),
-    DURATION("wait", wait_ms, "0", 0,
-             "wait that long for an in-flight duplicate and\nreplay its answer (0: 409 at once)"),
     CUSTOM("on-store-error", "MODE", "closed", parse_store_error_mode,
            "closed (503) or open (pass through)"),
     SIZE("max-body", max_body, "1MiB", 1, SIZE_MAX_BYTES, "largest request body"),
@@ -285,15 +261,153 @@ void gw_config_init(gw_config *cfg) {
   cfg->workers = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
 }
 
-int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+/* The value of --config in argv (the file is read before the other flags,
+ * which override it), or NULL; a malformed one is left to the flag parser. */
+static const char *config_arg(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--"))
+      break;
+    if (!strncmp(argv[i], "--config=", 9))
+      return argv[i] + 9;
+    if (!strcmp(argv[i], "--config") && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+      return argv[i + 1];
+  }
+  return NULL;
+}
+
+/* The file's top-level and defaults: settings into cfg. */
+static int apply_file(gw_config *cfg, const char *file, char *err, size_t errlen) {
+  if (cf_load(file, &serve_table, &gw_policy_table, &cfg->doc, err, errlen))
+    return -1;
+  cfg->config_file = file;
+  for (int i = 0; i < cfg->doc->ntop; i++) {
+    const cf_item *it = &cfg->doc->top[i];
+    char msg[512];
+    if (settings_set(&serve_table, cfg, it->name, it->value, msg, sizeof msg)) {
+      cf_item_error(file, it, msg, err, errlen);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* One route of the file over the defaults. */
+static int build_route(const gw_config *cfg, const cf_route *cr, gw_route *r, char *err,
+                       size_t errlen) {
+  const char *file = cfg->config_file;
+  r->line = cr->line;
+  r->policy = cfg->policy;
+  if (cr->path)
+    snprintf(r->path, sizeof r->path, "%s", cr->path);
+  if (cr->methods && gw_parse_method_list(cr->methods, r->methods, GW_MAX_METHODS, &r->nmethods)) {
+    snprintf(err, errlen, "%s:%d: match: methods: '%s' is not a method list; use method names "
+                          "(e.g. [POST, PUT]), at most %d", file, cr->match_line, cr->methods,
+             GW_MAX_METHODS);
+    return -1;
+  }
+  for (int k = 0; k < cr->n; k++) {
+    char msg[512];
+    if (settings_set(&gw_policy_table, &r->policy, cr->items[k].name, cr->items[k].value, msg,
+                     sizeof msg)) {
+      cf_item_error(file, &cr->items[k], msg, err, errlen);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The route table: the file's routes, each over the defaults (the file's
+ * defaults: and top-level route settings, then the flags). */
+static int build_routes(gw_config *cfg, char *err, size_t errlen) {
+  int n = cfg->doc ? cfg->doc->nroutes : 0;
+  gw_routes *t = gw_routes_new(n);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  snprintf(t->source, sizeof t->source, "%s", cfg->config_file ? cfg->config_file : "");
+  t->defaults.policy = cfg->policy;
+  for (int i = 0; i < n; i++) {
+    t->routes[i].index = i + 1;
+    if (build_route(cfg, &cfg->doc->routes[i], &t->routes[i], err, errlen)) {
+      gw_routes_release(t);
+      return -1;
+    }
+  }
+  cfg->routes = t;
+  return 0;
+}
+
+static int load(gw_config *cfg, int argc, char **argv, int need_upstream, char *err,
+                size_t errlen) {
+  cfg->argc = argc;
+  cfg->argv = argv;
+  const char *file = config_arg(argc, argv);
+  if (file && apply_file(cfg, file, err, errlen))
+    return -1;
   int rc = settings_parse_argv(&serve_table, cfg, argc, argv, NULL, NULL, err, errlen);
   if (rc)
     return rc;
-  if (!cfg->has_upstream) {
+  if (need_upstream && !cfg->has_upstream) {
     snprintf(err, errlen,
-             "--upstream is required; use http://HOST:PORT (e.g. --upstream http://127.0.0.1:9000)");
+             "--upstream is required; use http://HOST:PORT (e.g. --upstream http://127.0.0.1:9000)"
+             "%s", cfg->config_file ? ", or upstream: in the config file" : "");
     return -1;
   }
+  return build_routes(cfg, err, errlen);
+}
+
+int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  return load(cfg, argc, argv, 1, err, errlen);
+}
+
+int gw_config_parse_file_only(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  return load(cfg, argc, argv, 0, err, errlen);
+}
+
+void gw_config_free(gw_config *cfg) {
+  cf_free(cfg->doc);
+  cfg->doc = NULL;
+  gw_routes_release(cfg->routes);
+  cfg->routes = NULL;
+}
+
+/* Whether argv sets the flag name (it overrides the file either way). */
+static int flag_given(const gw_config *cfg, const char *name) {
+  size_t n = strlen(name);
+  for (int i = 1; i < cfg->argc; i++) {
+    const char *a = cfg->argv[i];
+    if (!strcmp(a, "--"))
+      break;
+    if (!strncmp(a, "--", 2) && !strncmp(a + 2, name, n) && (!a[2 + n] || a[2 + n] == '='))
+      return 1;
+  }
+  return 0;
+}
+
+int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
+                     size_t changed_len, char *err, size_t errlen) {
+  gw_config next;
+  gw_config_init(&next);
+  if (load(&next, running->argc, running->argv, 1, err, errlen)) {
+    gw_config_free(&next);
+    return -1;
+  }
+  size_t used = 0;
+  changed[0] = 0;
+  for (size_t i = 0; i < serve_table.n; i++) {
+    const char *name = serve_table.rows[i].name;
+    if (settings_find(&gw_policy_table, name) || !strcmp(name, "config") ||
+        flag_given(running, name))
+      continue; /* routes change live; flags override the file anyway */
+    const cf_item *a = cf_top(running->doc, name), *b = cf_top(next.doc, name);
+    const char *key = b ? b->key : a ? a->key : name; /* as the file spells it */
+    if ((a || b) && (!a || !b || strcmp(a->value, b->value)) && used + strlen(key) + 3 < changed_len)
+      used += (size_t)snprintf(changed + used, changed_len - used, "%s%s", used ? ", " : "", key);
+  }
+  *out = next.routes;
+  next.routes = NULL;
+  gw_config_free(&next);
   return 0;
 }
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define GW_MAX_METHODS 16
+#include "http/route.h"
 
 typedef struct {
   char host[256]; /* numeric address, IPv4 or IPv6 (no brackets) */
@@ -22,13 +22,11 @@ typedef struct {
   int upstream_port;
   char upstream_authority[300]; /* "HOST:PORT" for a Host header */
   const char *store_uri;     /* --store, default lmdb:./idem-data */
-  int64_t ttl_ms;            /* --ttl, default 24h */
-  int64_t lock_ttl_ms;       /* --lock-ttl, default 30s */
-  char methods[GW_MAX_METHODS][16]; /* --methods, default POST,PATCH */
-  int nmethods;
-  int require_key;           /* --require-key */
+  gw_policy policy;          /* the default route settings: --ttl, --lock-ttl,
+                                --methods, --require-key, --wait, --key,
+                                --fingerprint, --store-statuses,
+                                --replay-headers, --mode (route.h) */
   char scope_header[128];    /* --scope-header, "" for none */
-  int64_t wait_ms;           /* --wait, default 0 */
   int fail_open;             /* --on-store-error open */
   uint64_t max_body;         /* --max-body, default 1MiB */
   uint64_t max_response;     /* --max-response, default 8MiB (stored answers) */
@@ -44,18 +42,43 @@ typedef struct {
   int has_admin;
   gw_addr admin;             /* --admin-listen */
   int workers;               /* --workers, default: number of cores */
+  /* --config FILE: the file, what it said, and the route table built from
+   * it and the flags; argv is kept to read the file again on SIGHUP */
+  const char *config_file;
+  struct cf_doc *doc;
+  gw_routes *routes; /* held; never NULL after a successful parse */
+  int argc;
+  char **argv;
 } gw_config;
 
 /* Defaults, before any flag. */
 void gw_config_init(gw_config *cfg);
 
 /*
- * Parse argv (argv[0] is the subcommand name). Returns 0 when ready to run,
- * 1 when --help was asked (nothing else to do), or -1 with a sentence naming
- * the flag and the accepted form in err.
+ * Parse argv (argv[0] is the subcommand name): the --config file first,
+ * then the flags over it, then the routes over the defaults. Returns 0 when
+ * ready to run, 1 when --help was asked (nothing else to do), or -1 with a
+ * sentence naming the flag (or "FILE:LINE: key") and the accepted form in
+ * err. argv must outlive cfg (a reload reads it again).
  */
 int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err,
                     size_t errlen);
+
+/* The same without requiring --upstream (idem config check). */
+int gw_config_parse_file_only(gw_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* What gw_config_parse holds (the file's text, the route table). */
+void gw_config_free(gw_config *cfg);
+
+/*
+ * Read the config file of running again, with the same flags: 0 with the
+ * new route table in *out (held), or -1 with err (the file is bad: nothing
+ * changes). Settings outside the routes cannot change while serve runs:
+ * those the file now sets differently are named in changed ("listen,
+ * store"), "" when none.
+ */
+int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
+                     size_t changed_len, char *err, size_t errlen);
 
 /* Set one setting by name ("lock-ttl") from text, as the flag would: 0, or
  * -1 with a sentence in err. (A config file's keys go through here.) */

@@ -96,6 +96,8 @@ static gw_exchange *exchange_new(gw_conn *c) {
 /* Keep the exchange's buffers for the connection's next request instead of
  * freeing and allocating them again; the request goes back to the parser. */
 static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
+  gw_routes_release(ex->routes);
+  ex->routes = NULL;
   if (c->spare || c->closing) {
     exchange_free(ex);
     return;
@@ -109,10 +111,10 @@ static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
       free(ex->req);
     }
   }
-  gw_buf bufs[6] = {ex->up_head, ex->up.body, ex->stored_headers, ex->out_hdrs,
-                    ex->out_head, ex->out_body};
+  gw_buf bufs[7] = {ex->up_head, ex->up.body, ex->stored_headers, ex->out_hdrs,
+                    ex->out_head, ex->out_body, ex->kept_headers};
   gw_headers uph = ex->up.headers;
-  for (int i = 0; i < 6; i++)
+  for (int i = 0; i < 7; i++)
     gw_buf_recycle(&bufs[i], KEEP_MAX);
   if (uph.text.cap > KEEP_MAX)
     gw_headers_free(&uph);
@@ -124,11 +126,13 @@ static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
   ex->out_hdrs = bufs[3];
   ex->out_head = bufs[4];
   ex->out_body = bufs[5];
+  ex->kept_headers = bufs[6];
   ex->up.headers = uph;
   c->spare = ex;
 }
 
 static void exchange_free(gw_exchange *ex) {
+  gw_routes_release(ex->routes);
   if (ex->req) {
     gw_request_free(ex->req);
     free(ex->req);
@@ -136,6 +140,7 @@ static void exchange_free(gw_exchange *ex) {
   gw_buf_free(&ex->up_head);
   upstream_response_free(&ex->up);
   gw_buf_free(&ex->stored_headers);
+  gw_buf_free(&ex->kept_headers);
   gw_buf_free(&ex->out_hdrs);
   gw_buf_free(&ex->out_head);
   gw_buf_free(&ex->out_body);

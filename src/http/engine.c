@@ -11,6 +11,11 @@
  *         ├ MISMATCH ─► 422
  *         ├ BUSY ─► 409 + Retry-After, or with --wait re-claim until the deadline
  *         └ store error ─► 503 + Retry-After, or forward (--on-store-error open)
+ *
+ * Each request gets its route once (route.h): its policy says which methods,
+ * where the key is, the fingerprint, TTLs, stored statuses, replayed
+ * headers and the mode. In mode shadow, what would be replayed, refused or
+ * held is counted and logged, and forwarded instead (no record for it).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,6 +37,39 @@ static void claim(gw_exchange *ex);
 static int log_len(const gw_request *r) { return (int)(r->target.len > 200 ? 200 : r->target.len); }
 
 static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
+
+/* The policy of ex's route (engine.c sets ex->route first thing). */
+static const gw_policy *pol(const gw_exchange *ex) { return &ex->route->policy; }
+
+static int shadow(const gw_exchange *ex) { return pol(ex)->mode == GW_MODE_SHADOW; }
+
+/* Mode shadow: enforce would have answered (what), so count it, log it
+ * with its key, and let the request through with no record of its own. */
+static void shadow_forward(gw_exchange *ex, gw_shadow would, const char *what) {
+  const gw_request *r = ex->req;
+  gw_metrics_shadow(would);
+  fprintf(stderr, "idem serve: shadow: %s %.*s key '%s': enforce would have %s; forwarded\n",
+          r->method, log_len(r), r->target.p, ex->idem.key[0] ? ex->idem.key : "", what);
+  forward(ex);
+}
+
+/* The route of ex's request, from the worker's table: a reload (a new
+ * generation) is picked up here, by the next request. */
+static void find_route(gw_exchange *ex) {
+  gw_worker *w = ex->w;
+  unsigned gen = gw_routes_generation();
+  if (gen != w->routes_gen) {
+    gw_routes *t = gw_routes_current();
+    if (t) {
+      gw_routes_release(w->routes);
+      w->routes = t;
+      w->routes_gen = gen;
+    }
+  }
+  ex->routes = gw_routes_hold(w->routes);
+  ex->route = gw_routes_match(ex->routes, ex->req->method,
+                              ex->req->target.p ? ex->req->target.p : "", ex->req->target.len);
+}
 
 /* ---- answers ---- */
 
@@ -144,7 +182,7 @@ static void answer_mismatch(gw_exchange *ex) {
 static void store_failed(gw_exchange *ex, const char *op, int err) {
   fprintf(stderr, "idem serve: store %s of key '%s' failed: %s\n", op, ex->idem.key,
           idem_strerror(err));
-  if (ex->w->cfg->fail_open) {
+  if (ex->w->cfg->fail_open || shadow(ex)) { /* shadow blocks nothing */
     ex->idem.bypass = 1;
     forward(ex);
     return;
@@ -339,9 +377,12 @@ static void on_upstream(void *arg, upstream_response *up) {
   }
   switch (up->kind) {
   case UP_OK:
-    if (policy_status_stored(up->status))
-      gw_keep(ex, up->status, &ex->stored_headers, &up->body, 0, answer_executed);
-    else
+    if (gw_policy_stores(pol(ex), up->status)) {
+      const gw_buf *kept = &ex->stored_headers;
+      if (pol(ex)->ndrop && !policy_kept_headers(pol(ex), kept, &ex->kept_headers))
+        kept = &ex->kept_headers; /* out of memory: kept whole */
+      gw_keep(ex, up->status, kept, &up->body, 0, answer_executed);
+    } else
       release(ex, AFTER_UPSTREAM_ANSWER);
     return;
   case UP_CONNECT_FAILED:
@@ -435,7 +476,17 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     store_failed(ex, "claim", res->err);
     return;
   }
-  const gw_config *cfg = ex->w->cfg;
+  const gw_policy *p = pol(ex);
+  if (p->mode == GW_MODE_SHADOW && res->outcome != IDEM_CLAIMED) {
+    if (res->outcome == IDEM_REPLAY)
+      shadow_forward(ex, GW_SHADOW_REPLAY, "replayed its stored answer");
+    else if (res->outcome == IDEM_MISMATCH)
+      shadow_forward(ex, GW_SHADOW_MISMATCH, "refused it (422: the key was used with another "
+                                             "request)");
+    else
+      shadow_forward(ex, GW_SHADOW_CONFLICT, "held it (409: the key is in flight)");
+    return;
+  }
   switch (res->outcome) {
   case IDEM_CLAIMED:
     ex->idem.claimed = 1;
@@ -458,9 +509,9 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   case IDEM_BUSY:
   default: {
     uint64_t now = uv_now(&ex->w->loop);
-    if (cfg->wait_ms > 0) { /* also while stopping: it is in flight */
+    if (p->wait_ms > 0) { /* also while stopping: it is in flight */
       if (!ex->idem.wait_deadline)
-        ex->idem.wait_deadline = (int64_t)now + cfg->wait_ms;
+        ex->idem.wait_deadline = (int64_t)now + p->wait_ms;
       if ((int64_t)now < ex->idem.wait_deadline) {
         uint64_t backoff = 5u << (ex->idem.wait_round < 6 ? ex->idem.wait_round : 6);
         if (backoff > 250)
@@ -484,7 +535,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
              (long long)((ms + 999) / 1000));
     problem(ex, GW_OUT_CONFLICT, 409, "request-in-progress",
             "Request in progress",
-            cfg->wait_ms > 0
+            p->wait_ms > 0
                 ? "a request with this Idempotency-Key is still being "
                   "processed and did not finish within the wait; retry later"
                 : "a request with this Idempotency-Key is still being "
@@ -501,7 +552,11 @@ static int replay_spooled(gw_exchange *ex) {
   idem_record rec;
   if (!ex->w->spool || !gw_spool_find(ex->w->spool, ex->idem.scope, ex->idem.key, &rec))
     return 0;
-  if (memcmp(rec.fingerprint, ex->idem.fp, sizeof ex->idem.fp))
+  int same = !memcmp(rec.fingerprint, ex->idem.fp, sizeof ex->idem.fp);
+  if (shadow(ex))
+    shadow_forward(ex, same ? GW_SHADOW_REPLAY : GW_SHADOW_MISMATCH,
+                   same ? "replayed its answer from the spool" : "refused it (422)");
+  else if (!same)
     answer_mismatch(ex);
   else
     answer_replay(ex, &rec);
@@ -523,43 +578,63 @@ static void claim(gw_exchange *ex) {
   op.scope = ex->idem.scope;
   op.key = ex->idem.key;
   memcpy(op.fingerprint, ex->idem.fp, sizeof ex->idem.fp);
-  op.lease_ms = ex->w->cfg->lock_ttl_ms;
-  op.ttl_ms = ex->w->cfg->ttl_ms;
+  op.lease_ms = pol(ex)->lock_ttl_ms;
+  op.ttl_ms = pol(ex)->ttl_ms;
   ex->op_started_ns = uv_hrtime();
   int rc = idem_store_submit(st, &op, on_claim, ex);
   if (rc)
     store_failed(ex, "claim", rc);
 }
 
+/* No usable key: 400, or in shadow mode the count of that 400. */
+static void refuse_key(gw_exchange *ex, const char *slug, const char *title, const char *detail) {
+  ex->idem.key[0] = 0; /* none, or not one */
+  if (shadow(ex)) {
+    char what[440];
+    snprintf(what, sizeof what, "refused it (400: %.400s)", detail);
+    shadow_forward(ex, GW_SHADOW_BAD_KEY, what);
+    return;
+  }
+  problem(ex, GW_OUT_BAD_KEY, 400, slug, title, detail, NULL);
+}
+
 static void handle(gw_exchange *ex) {
   gw_request *r = ex->req;
-  const gw_config *cfg = ex->w->cfg;
-  if (!policy_method_has_semantics(cfg, r->method)) {
+  find_route(ex);
+  const gw_policy *p = pol(ex);
+  if (!policy_method_has_semantics(p, r->method)) {
     forward(ex);
     return;
   }
-  const char *why = NULL;
-  switch (policy_key(&r->headers, ex->idem.key, &why)) {
+  char why[400];
+  switch (policy_route_key(p, r, ex->idem.key, why, sizeof why)) {
   case POLICY_KEY_NONE:
-    if (cfg->require_key) {
-      problem(ex, GW_OUT_BAD_KEY, 400, "key-required",
-              "Idempotency-Key required",
-              "this gateway requires an Idempotency-Key header on this method",
-              NULL);
+    if (p->require_key) {
+      char src[300];
+      policy_key_source_text(p, src, sizeof src);
+      snprintf(why, sizeof why, "this gateway requires %s on this method", src);
+      refuse_key(ex, "key-required", "Idempotency-Key required", why);
       return;
     }
     forward(ex);
     return;
   case POLICY_KEY_BAD:
-    problem(ex, GW_OUT_BAD_KEY, 400, "invalid-key", "Invalid Idempotency-Key",
-            why, NULL);
+    refuse_key(ex, "invalid-key", "Invalid Idempotency-Key", why);
     return;
   case POLICY_KEY_OK:
     break;
   }
-  policy_scope(cfg, &r->headers, ex->idem.scope);
-  int rc = idem_fingerprint(r->method, r->target.p ? r->target.p : "",
-                            r->body.p, r->body.len, 0, ex->idem.fp);
+  policy_scope(ex->w->cfg, &r->headers, ex->idem.scope);
+  int rc = policy_fingerprint(p, r, ex->idem.fp);
+  if (rc && shadow(ex)) {
+    forward(ex); /* nothing to compare it with: let it through */
+    return;
+  }
+  if (rc == IDEM_EJSON) {
+    problem(ex, GW_OUT_BAD_KEY, 400, "body-not-json", "Body is not JSON",
+            "this route fingerprints the JSON body, and this body is not JSON", NULL);
+    return;
+  }
   if (rc) {
     problem(ex, GW_OUT_BAD_KEY, 400, "bad-request", "Bad Request",
             idem_strerror(rc), NULL);

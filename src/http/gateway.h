@@ -24,6 +24,7 @@
 #include "core/queue.h"
 #include "http/config.h"
 #include "http/request.h"
+#include "http/route.h"
 #include "http/spool.h"
 #include "http/upstream.h"
 #include "idem/idem.h"
@@ -46,6 +47,8 @@ struct gw_worker {
   const gw_handler *handler;               /* answers the requests */
   void (*conn_closed)(gw_worker *w);       /* a connection closed (server.c) */
   const gw_config *cfg;
+  gw_routes *routes;     /* the route table this worker hands out (held) */
+  unsigned routes_gen;   /* gw_routes_generation() when it was taken */
   uv_loop_t loop;
   uv_thread_t thread;
   int listen_fd;
@@ -122,6 +125,8 @@ struct gw_exchange {
   gw_request *req;
   uint64_t started_ns;
   uint64_t op_started_ns; /* the store operation in flight, for its histogram */
+  gw_routes *routes;      /* the table the request started with (held) */
+  const gw_route *route;  /* its route in that table (engine.c) */
   gw_idem_state idem;
   gw_keep_state keep;
   /* the upstream request and answer */
@@ -129,6 +134,7 @@ struct gw_exchange {
   uv_buf_t up_bufs[2];
   upstream_response up;
   gw_buf stored_headers; /* replayable headers of up, "Name: value\r\n" */
+  gw_buf kept_headers;   /* those the route replays (replay_headers: drop) */
   int up_paused;         /* the upstream is paused for backpressure */
   int upstream_cut;      /* the client left a streamed answer: upstream dropped */
   /* the answer to the client (conn.c) */

@@ -49,7 +49,7 @@ static idem_op claimed_op(const gw_exchange *ex, idem_op_kind kind) {
   op.scope = ex->idem.scope;
   op.key = ex->idem.key;
   op.fence = ex->idem.fence;
-  op.ttl_ms = ex->w->cfg->ttl_ms;
+  op.ttl_ms = ex->route->policy.ttl_ms;
   return op;
 }
 

@@ -22,6 +22,38 @@ static atomic_int_fast64_t leases, connections;
 static atomic_uint_fast64_t complete_failed, release_failed;
 static atomic_uint_fast64_t spool_writes, spool_drained;
 static atomic_size_t spool_depth;
+static atomic_uint_fast64_t shadows[GW_SHADOW_COUNT], reloads[2];
+
+static const char *const shadow_names[] = {
+#define GW_SHADOW_NAME(name, text) text,
+    GW_SHADOWS(GW_SHADOW_NAME)
+#undef GW_SHADOW_NAME
+};
+
+void gw_metrics_shadow(gw_shadow s) {
+  atomic_fetch_add_explicit(&shadows[s], 1, memory_order_relaxed);
+}
+const char *gw_shadow_name(gw_shadow s) { return shadow_names[s]; }
+void gw_metrics_reload(int ok) { atomic_fetch_add_explicit(&reloads[!!ok], 1, memory_order_relaxed); }
+
+/* The counters shadow mode and reloads add. */
+static int render_policy(gw_buf *out) {
+  if (gw_buf_puts(out, "# HELP idem_shadow_total Requests a route in mode shadow let through "
+                       "that enforce would have replayed, refused or held.\n"
+                       "# TYPE idem_shadow_total counter\n"))
+    return -1;
+  for (int i = 0; i < GW_SHADOW_COUNT; i++)
+    if (gw_buf_printf(out, "idem_shadow_total{would=\"%s\"} %llu\n", shadow_names[i],
+                      (unsigned long long)atomic_load_explicit(&shadows[i], memory_order_relaxed)))
+      return -1;
+  return gw_buf_printf(out,
+                       "# HELP idem_config_reloads_total Config file reloads (SIGHUP).\n"
+                       "# TYPE idem_config_reloads_total counter\n"
+                       "idem_config_reloads_total{result=\"ok\"} %llu\n"
+                       "idem_config_reloads_total{result=\"failed\"} %llu\n",
+                       (unsigned long long)atomic_load(&reloads[1]),
+                       (unsigned long long)atomic_load(&reloads[0]));
+}
 
 static const char *const outcome_names[] = {
 #define GW_OUTCOME_NAME(name, text) text,
@@ -110,7 +142,8 @@ int gw_metrics_render(gw_buf *out) {
                        "request latency (connect to full answer).\n"
                        "# TYPE idem_upstream_latency_seconds histogram\n") ||
       render_hist(out, "idem_upstream_latency_seconds", "",
-                  &hists[GW_HIST_UPSTREAM]))
+                  &hists[GW_HIST_UPSTREAM]) ||
+      render_policy(out))
     return -1;
   return gw_buf_printf(
       out,

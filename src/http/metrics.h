@@ -50,6 +50,26 @@ size_t gw_metrics_spool_depth_get(void);
 void gw_metrics_spool_write(void);
 void gw_metrics_spool_drained(void);
 
+/* mode: shadow (route.h): what enforce would have done instead of letting
+ * the request through. */
+#define GW_SHADOWS(X)                                                         \
+  X(REPLAY, "replay")     /* a stored answer would have been replayed */      \
+  X(MISMATCH, "mismatch") /* 422: the key with another request */             \
+  X(CONFLICT, "conflict") /* 409: the key in flight */                         \
+  X(BAD_KEY, "bad_key")   /* 400: a malformed key, or none where required */
+
+typedef enum {
+#define GW_SHADOW_ENUM(name, text) GW_SHADOW_##name,
+  GW_SHADOWS(GW_SHADOW_ENUM)
+#undef GW_SHADOW_ENUM
+  GW_SHADOW_COUNT
+} gw_shadow;
+
+void gw_metrics_shadow(gw_shadow s);
+const char *gw_shadow_name(gw_shadow s);
+/* SIGHUP reloads of the config file: applied (ok) or refused. */
+void gw_metrics_reload(int ok);
+
 /* Append the Prometheus exposition text. */
 int gw_metrics_render(gw_buf *out);
 

@@ -2,36 +2,195 @@
 #include "http/policy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include <openssl/sha.h>
 
-int policy_method_has_semantics(const gw_config *cfg, const char *method) {
-  for (int i = 0; i < cfg->nmethods; i++)
-    if (!strcmp(cfg->methods[i], method))
-      return 1;
-  return 0;
+#include "core/json_pointer.h"
+
+int policy_method_has_semantics(const gw_policy *p, const char *method) {
+  return p->mode != GW_MODE_OFF && gw_policy_has_method(p, method);
 }
 
-policy_key_result policy_key(const gw_headers *h, char *out, const char **why) {
+/* The key in header name: one header, a Structured Field string or token. */
+static policy_key_result key_header(const gw_headers *h, const char *name, char *out,
+                                    char *why, size_t whylen) {
   size_t len = 0;
   int count = 0;
-  const char *v = gw_headers_get(h, "Idempotency-Key", &len, &count);
+  const char *v = gw_headers_get(h, name, &len, &count);
   if (!v)
     return POLICY_KEY_NONE;
   if (count > 1) {
-    *why = "the Idempotency-Key header must appear once";
+    snprintf(why, whylen, "the %s header must appear once", name);
     return POLICY_KEY_BAD;
   }
   const char *reason = NULL;
   if (idem_key_parse(v, len, out, &reason) < 0) {
-    *why = reason ? reason
-                  : "Idempotency-Key must be a string or token of 1 to 255 "
-                    "printable ASCII characters";
+    snprintf(why, whylen, "%s", reason ? reason : "the key must be a string or token of 1 to 255 "
+                                                  "printable ASCII characters");
     return POLICY_KEY_BAD;
   }
   return POLICY_KEY_OK;
+}
+
+policy_key_result policy_key(const gw_headers *h, char *out, const char **why) {
+  static _Thread_local char buf[160];
+  policy_key_result k = key_header(h, "Idempotency-Key", out, buf, sizeof buf);
+  if (k == POLICY_KEY_BAD)
+    *why = buf;
+  return k;
+}
+
+/* A key taken as it is (a JSON string's bytes, a query value decoded). */
+static policy_key_result key_plain(const char *v, size_t n, const char *what, char *out,
+                                   char *why, size_t whylen) {
+  if (!idem_key_valid(v, n)) {
+    snprintf(why, whylen, "%s is not a valid key: 1 to 255 printable ASCII characters", what);
+    return POLICY_KEY_BAD;
+  }
+  memcpy(out, v, n);
+  out[n] = 0;
+  return POLICY_KEY_OK;
+}
+
+static policy_key_result key_json(const gw_policy *p, const gw_request *r, char *out, char *why,
+                                  size_t whylen) {
+  char *v = NULL;
+  size_t n = 0;
+  json_ptr_type t;
+  if (!r->body.len)
+    return POLICY_KEY_NONE;
+  int rc = json_pointer_get(r->body.p, r->body.len, p->key_arg, strlen(p->key_arg), &v, &n, &t);
+  policy_key_result k;
+  char what[300];
+  snprintf(what, sizeof what, "the JSON body's value at %s", p->key_arg);
+  if (rc == IDEM_EJSON || rc == IDEM_ENOTFOUND)
+    k = POLICY_KEY_NONE; /* not JSON, or no such member: no key */
+  else if (rc) {
+    snprintf(why, whylen, "%s: %s", what, idem_strerror(rc));
+    k = POLICY_KEY_BAD;
+  } else if (t != JSON_PTR_STRING && t != JSON_PTR_NUMBER) {
+    snprintf(why, whylen, "%s is not a string or a number", what);
+    k = POLICY_KEY_BAD;
+  } else {
+    k = key_plain(v, n, what, out, why, whylen);
+  }
+  free(v);
+  return k;
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static policy_key_result key_query(const gw_policy *p, const gw_request *r, char *out, char *why,
+                                   size_t whylen) {
+  const char *t = r->target.p ? r->target.p : "", *end = t + r->target.len;
+  const char *q = memchr(t, '?', r->target.len);
+  size_t nlen = strlen(p->key_arg);
+  const char *val = NULL, *vend = NULL;
+  for (const char *it = q ? q + 1 : end; it < end;) {
+    const char *amp = memchr(it, '&', (size_t)(end - it));
+    const char *pe = amp ? amp : end;
+    if ((size_t)(pe - it) > nlen && !memcmp(it, p->key_arg, nlen) && it[nlen] == '=') {
+      if (val) {
+        snprintf(why, whylen, "the query parameter %s must appear once", p->key_arg);
+        return POLICY_KEY_BAD;
+      }
+      val = it + nlen + 1;
+      vend = pe;
+    } else if ((size_t)(pe - it) == nlen && !memcmp(it, p->key_arg, nlen)) {
+      val = vend = pe; /* "?key" or "?key&": empty */
+    }
+    it = pe + 1;
+  }
+  if (!val)
+    return POLICY_KEY_NONE;
+  char dec[IDEM_KEY_MAX + 2], what[300];
+  size_t n = 0;
+  snprintf(what, sizeof what, "the query parameter %s", p->key_arg);
+  for (const char *c = val; c < vend; c++) {
+    int hi, lo;
+    char ch = *c;
+    if (ch == '%' && vend - c > 2 && (hi = hexval(c[1])) >= 0 && (lo = hexval(c[2])) >= 0) {
+      ch = (char)(hi * 16 + lo);
+      c += 2;
+    } else if (ch == '+') {
+      ch = ' ';
+    }
+    if (n == sizeof dec - 1)
+      return key_plain(dec, n, what, out, why, whylen); /* too long: refused there */
+    dec[n++] = ch;
+  }
+  return key_plain(dec, n, what, out, why, whylen);
+}
+
+policy_key_result policy_route_key(const gw_policy *p, const gw_request *r, char *out,
+                                   char *why, size_t whylen) {
+  switch (p->key_kind) {
+  case GW_KEY_JSON:
+    return key_json(p, r, out, why, whylen);
+  case GW_KEY_QUERY:
+    return key_query(p, r, out, why, whylen);
+  case GW_KEY_HEADER:
+  default:
+    return key_header(&r->headers, p->key_arg, out, why, whylen);
+  }
+}
+
+void policy_key_source_text(const gw_policy *p, char *out, size_t len) {
+  if (p->key_kind == GW_KEY_JSON)
+    snprintf(out, len, "a key at %s in a JSON body", p->key_arg);
+  else if (p->key_kind == GW_KEY_QUERY)
+    snprintf(out, len, "a query parameter %s", p->key_arg);
+  else
+    snprintf(out, len, "an %s header", p->key_arg);
+}
+
+/* {"/a":<value at /a>,...}: the listed members of a JSON body, each
+ * canonical, in the order of the list; absent ones left out. */
+static int members_text(const gw_policy *p, const gw_request *r, gw_buf *out) {
+  int err = gw_buf_puts(out, "{");
+  for (int i = 0; i < p->nfp_members && !err; i++) {
+    const char *ptr = p->fp_members[i];
+    char *v = NULL, *canon = NULL;
+    size_t n = 0, cn = 0;
+    json_ptr_type t;
+    int rc = r->body.len ? json_pointer_get(r->body.p, r->body.len, ptr, strlen(ptr), &v, &n, &t)
+                         : IDEM_ENOTFOUND;
+    if (rc == IDEM_ENOTFOUND)
+      continue;
+    if (rc)
+      return rc;
+    err |= (out->len > 1 && gw_buf_puts(out, ",")) || policy_json_string(out, ptr, strlen(ptr)) ||
+           gw_buf_puts(out, ":");
+    if (t == JSON_PTR_STRING)
+      err |= policy_json_string(out, v, n);
+    else if (!(rc = idem_json_canonical(v, n, &canon, &cn)))
+      err |= gw_buf_append(out, canon, cn);
+    free(v);
+    free(canon);
+    if (rc)
+      return rc;
+  }
+  return err || gw_buf_puts(out, "}") ? IDEM_ENOMEM : 0;
+}
+
+int policy_fingerprint(const gw_policy *p, const gw_request *r, uint8_t out[IDEM_FINGERPRINT_LEN]) {
+  const char *target = r->target.p ? r->target.p : "";
+  if (p->fp_kind == GW_FP_MEMBERS) {
+    gw_buf b = {0};
+    int rc = members_text(p, r, &b);
+    if (!rc)
+      rc = idem_fingerprint(r->method, target, b.p, b.len, 0, out);
+    gw_buf_free(&b);
+    return rc;
+  }
+  unsigned flags = p->fp_kind == GW_FP_JSON && r->body.len ? IDEM_FP_CANONICAL_JSON : 0;
+  return idem_fingerprint(r->method, target, r->body.p, r->body.len, flags, out);
 }
 
 void policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
@@ -50,6 +209,27 @@ void policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
     out[2 * i + 1] = hex[md[i] & 15];
   }
   out[64] = 0;
+}
+
+int policy_kept_headers(const gw_policy *p, const gw_buf *block, gw_buf *out) {
+  out->len = 0;
+  for (size_t i = 0; i < block->len;) {
+    const char *line = block->p + i, *nl = memchr(line, '\n', block->len - i);
+    size_t llen = nl ? (size_t)(nl - line) + 1 : block->len - i;
+    const char *colon = memchr(line, ':', llen);
+    size_t nlen = colon ? (size_t)(colon - line) : 0;
+    int drop = 0;
+    for (int k = 0; k < p->ndrop && !drop; k++) {
+      size_t dl = strlen(p->drop[k]);
+      int prefix = dl && p->drop[k][dl - 1] == '*';
+      drop = prefix ? nlen >= dl - 1 && !strncasecmp(line, p->drop[k], dl - 1)
+                    : nlen == dl && !strncasecmp(line, p->drop[k], dl);
+    }
+    if (!drop && gw_buf_append(out, line, llen))
+      return -1;
+    i += llen;
+  }
+  return gw_buf_reserve(out, 1);
 }
 
 int policy_status_stored(int status) {

@@ -11,10 +11,13 @@
 
 #include "http/config.h"
 #include "http/msg.h"
+#include "http/request.h"
+#include "http/route.h"
 #include "idem/idem.h"
 
-/* Whether method (case-sensitive, as on the wire) is in --methods. */
-int policy_method_has_semantics(const gw_config *cfg, const char *method);
+/* Whether method (case-sensitive, as on the wire) is in the route's
+ * methods, and the route's mode is not off. */
+int policy_method_has_semantics(const gw_policy *p, const char *method);
 
 typedef enum {
   POLICY_KEY_NONE = 0, /* no Idempotency-Key header */
@@ -25,6 +28,26 @@ typedef enum {
 /* Read Idempotency-Key from headers into out (IDEM_KEY_MAX + 1 bytes). On
  * POLICY_KEY_BAD, *why points at a sentence for the problem detail. */
 policy_key_result policy_key(const gw_headers *h, char *out, const char **why);
+
+/* The key of r where the route's key source says (key: header:NAME,
+ * json:/POINTER, query:NAME) into out (IDEM_KEY_MAX + 1 bytes). NONE when
+ * the source holds nothing (no such header or parameter; a body that is not
+ * JSON or has nothing at the pointer); BAD, with a sentence in why, when
+ * what it holds is not a key (malformed, sent twice, a JSON value other
+ * than a string or a number). */
+policy_key_result policy_route_key(const gw_policy *p, const gw_request *r, char *out,
+                                   char *why, size_t whylen);
+
+/* What the route's key source is called in a problem detail:
+ * "an Idempotency-Key header", "a JSON body member at /order_id", ... */
+void policy_key_source_text(const gw_policy *p, char *out, size_t len);
+
+/* The request's fingerprint under the route's fingerprint setting: method,
+ * target and the body's bytes (raw), its canonical JSON (json), or the
+ * canonical JSON of only the listed members (json:/A,/B; a member that is
+ * absent counts as absent). 0, or IDEM_EJSON when a json fingerprint meets
+ * a non-empty body that is not JSON, or IDEM_ENOMEM. */
+int policy_fingerprint(const gw_policy *p, const gw_request *r, uint8_t out[IDEM_FINGERPRINT_LEN]);
 
 /* The record scope: SHA-256 (lowercase hex) of the --scope-header value, so a
  * secret such as an Authorization header never reaches the store; "" when no
@@ -49,6 +72,12 @@ int policy_request_header_dropped(const char *name, size_t len);
  * (emptied first): all but hop-by-hop ones, those its Connection header
  * names, and framing. 0, or -1 out of memory. */
 int policy_replayable_headers(const gw_headers *h, gw_buf *out);
+
+/* The header block of an answer as kept for replay under the route
+ * (replay_headers: drop: [...]): block (replayable headers, "Name:
+ * value\r\n" lines) less the dropped names, into out (emptied first).
+ * 0, or -1 out of memory. */
+int policy_kept_headers(const gw_policy *p, const gw_buf *block, gw_buf *out);
 
 /* Reason phrase for a status ("Conflict"); "Unknown" when unknown. */
 const char *policy_reason(int status);

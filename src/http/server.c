@@ -21,12 +21,13 @@
 
 #include "http/admin.h"
 #include "http/gateway.h"
+#include "http/metrics.h"
 #include "http/store_handle.h"
 
 typedef struct {
   const gw_config *cfg;
   uv_loop_t loop;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   gw_worker *workers;
   int nworkers;
   gw_admin *admin;
@@ -268,6 +269,8 @@ static void worker_main(void *arg) {
 static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
                        const struct sockaddr_storage *up, gw_server *srv) {
   w->cfg = cfg;
+  w->routes_gen = gw_routes_generation();
+  w->routes = gw_routes_current();
   idem_queue_init(&w->conns);
   w->handler = &gw_engine;
   w->conn_closed = on_conn_closed;
@@ -360,6 +363,35 @@ static void on_signal(uv_signal_t *s, int signum) {
     gw_admin_stop(srv->admin, on_admin_stopped, srv);
   uv_close((uv_handle_t *)&srv->sigterm, NULL);
   uv_close((uv_handle_t *)&srv->sigint, NULL);
+  uv_close((uv_handle_t *)&srv->sighup, NULL);
+}
+
+/* SIGHUP: read the config file again. A good one applies to the requests
+ * that start from now on (each worker takes the new table at its next
+ * request; requests in flight finish under the old one, which goes when
+ * the last of them does); a bad one changes nothing. */
+static void on_sighup(uv_signal_t *s, int signum) {
+  gw_server *srv = s->data;
+  (void)signum;
+  const gw_config *cfg = srv->cfg;
+  if (!cfg->config_file) {
+    fprintf(stderr, "idem serve: SIGHUP: no --config file to reload; nothing changes\n");
+    return;
+  }
+  char err[1024], changed[512];
+  gw_routes *t = NULL;
+  if (gw_config_reload(cfg, &t, changed, sizeof changed, err, sizeof err)) {
+    gw_metrics_reload(0);
+    fprintf(stderr, "idem serve: reload refused, the running policy stays: %s\n", err);
+    return;
+  }
+  gw_metrics_reload(1);
+  int n = t->n;
+  gw_routes_publish(t);
+  fprintf(stderr, "idem serve: reloaded %s: %d route%s\n", cfg->config_file, n, n == 1 ? "" : "s");
+  if (changed[0])
+    fprintf(stderr, "idem serve: reload: %s changed in %s but cannot change while serve runs; "
+                    "the running values stay until a restart\n", changed, cfg->config_file);
 }
 
 /* The spool, for every store that can fail: memory: cannot. */
@@ -479,9 +511,11 @@ static void start_main_loop(gw_server *srv, int admin_fd) {
   srv->finished.data = srv;
   uv_signal_init(&srv->loop, &srv->sigterm);
   uv_signal_init(&srv->loop, &srv->sigint);
-  srv->sigterm.data = srv->sigint.data = srv;
+  uv_signal_init(&srv->loop, &srv->sighup);
+  srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv;
   uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
   uv_signal_start(&srv->sigint, on_signal, SIGINT);
+  uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
 }
 
 static void say_ready(const gw_server *srv, int port, int admin_port) {
@@ -496,12 +530,12 @@ static void say_ready(const gw_server *srv, int port, int admin_port) {
 }
 
 static void warn_about(const gw_config *cfg) {
-  if (cfg->upstream_timeout_ms > cfg->lock_ttl_ms)
+  if (cfg->upstream_timeout_ms > cfg->policy.lock_ttl_ms)
     fprintf(stderr,
             "idem serve: warning: --upstream-timeout (%lldms) is longer than "
             "--lock-ttl (%lldms): a request still running when its lease ends "
             "can be taken over and run again\n",
-            (long long)cfg->upstream_timeout_ms, (long long)cfg->lock_ttl_ms);
+            (long long)cfg->upstream_timeout_ms, (long long)cfg->policy.lock_ttl_ms);
 }
 
 int gw_run(const gw_config *cfg) {
@@ -511,6 +545,7 @@ int gw_run(const gw_config *cfg) {
   gw_server srv;
   memset(&srv, 0, sizeof srv);
   srv.cfg = cfg;
+  gw_routes_publish(gw_routes_hold(cfg->routes)); /* the table in force */
   struct sockaddr_storage up;
   if (upstream_resolve(cfg->upstream_host, cfg->upstream_port, "idem serve: upstream host", &up))
     return 1;
@@ -536,6 +571,9 @@ int gw_run(const gw_config *cfg) {
     uv_loop_close(&srv.loop);
     gw_spool_close(srv.spool);
   }
+  for (int i = 0; srv.workers && i < n; i++)
+    gw_routes_release(srv.workers[i].routes);
+  gw_routes_publish(NULL);
   free(srv.fds);
   free(srv.workers);
   return rc;

@@ -4,3 +4,16 @@ if(TARGET test_http_request)
   target_include_directories(test_http_request PRIVATE ${HTTP_PARSER_INCLUDE})
   target_link_libraries(test_http_request PRIVATE ${HTTP_PARSER_LIB})
 endif()
+
+# The route table and the config file (src/http/route.c, config_file.c, on
+# libyaml) are linked into every test that compiles config.c in, and into
+# the route and config tests.
+foreach(t test_http_config test_http_policy test_http_request test_spool test_route
+          test_route_config)
+  if(TARGET ${t})
+    target_sources(${t} PRIVATE ${PROJECT_SOURCE_DIR}/src/http/route.c
+                                ${PROJECT_SOURCE_DIR}/src/http/config_file.c)
+    target_include_directories(${t} PRIVATE ${HTTP_PARSER_INCLUDE})
+    target_link_libraries(${t} PRIVATE ${HTTP_PARSER_LIB} PkgConfig::YAML)
+  endif()
+endforeach()

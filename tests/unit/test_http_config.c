@@ -13,9 +13,23 @@
 
 #define UP "--upstream", "http://127.0.0.1:9000"
 
+/* The route tables successful parses built, released at the end. */
+static gw_routes *built[256];
+static int nbuilt;
+
+static int release_built(void **state) {
+  (void)state;
+  while (nbuilt)
+    gw_routes_release(built[--nbuilt]);
+  return 0;
+}
+
 static int parse(gw_config *cfg, char *err, int argc, char **argv) {
   gw_config_init(cfg);
-  return gw_config_parse(cfg, argc, argv, err, 512);
+  int rc = gw_config_parse(cfg, argc, argv, err, 512);
+  if (cfg->routes && nbuilt < 256)
+    built[nbuilt++] = cfg->routes;
+  return rc;
 }
 #define PARSE(cfg, err, ...)                                                  \
   parse(cfg, err, (int)(sizeof((char *[]){"serve", __VA_ARGS__}) / sizeof(char *)), \
@@ -32,14 +46,14 @@ static void test_defaults(void **state) {
   assert_int_equal(c.upstream_port, 9000);
   assert_string_equal(c.upstream_authority, "127.0.0.1:9000");
   assert_string_equal(c.store_uri, "lmdb:./idem-data");
-  assert_int_equal(c.ttl_ms, 24 * 3600 * 1000);
-  assert_int_equal(c.lock_ttl_ms, 30000);
-  assert_int_equal(c.nmethods, 2);
-  assert_string_equal(c.methods[0], "POST");
-  assert_string_equal(c.methods[1], "PATCH");
-  assert_false(c.require_key);
+  assert_int_equal(c.policy.ttl_ms, 24 * 3600 * 1000);
+  assert_int_equal(c.policy.lock_ttl_ms, 30000);
+  assert_int_equal(c.policy.nmethods, 2);
+  assert_string_equal(c.policy.methods[0], "POST");
+  assert_string_equal(c.policy.methods[1], "PATCH");
+  assert_false(c.policy.require_key);
   assert_string_equal(c.scope_header, "");
-  assert_int_equal(c.wait_ms, 0);
+  assert_int_equal(c.policy.wait_ms, 0);
   assert_false(c.fail_open);
   assert_int_equal(c.max_body, 1024 * 1024);
   assert_int_equal(c.upstream_timeout_ms, 30000);
@@ -72,13 +86,13 @@ static void test_every_flag(void **state) {
   assert_string_equal(c.upstream_host, "localhost");
   assert_int_equal(c.upstream_port, 81);
   assert_string_equal(c.store_uri, "memory:x");
-  assert_int_equal(c.ttl_ms, 7LL * 24 * 3600 * 1000);
-  assert_int_equal(c.lock_ttl_ms, 500);
-  assert_int_equal(c.nmethods, 2);
-  assert_string_equal(c.methods[1], "PUT");
-  assert_true(c.require_key);
+  assert_int_equal(c.policy.ttl_ms, 7LL * 24 * 3600 * 1000);
+  assert_int_equal(c.policy.lock_ttl_ms, 500);
+  assert_int_equal(c.policy.nmethods, 2);
+  assert_string_equal(c.policy.methods[1], "PUT");
+  assert_true(c.policy.require_key);
   assert_string_equal(c.scope_header, "Authorization");
-  assert_int_equal(c.wait_ms, 2000);
+  assert_int_equal(c.policy.wait_ms, 2000);
   assert_true(c.fail_open);
   assert_int_equal(c.max_body, 65536);
   assert_int_equal(c.upstream_timeout_ms, 5000);
@@ -169,7 +183,7 @@ static void test_usage_errors(void **state) {
   assert_int_equal(PARSE(&c, err, UP, "stray"), -1);
   assert_int_equal(PARSE(&c, err, "--help"), 1);
   assert_int_equal(PARSE(&c, err, UP, "--wait", "0"), 0);
-  assert_int_equal(c.wait_ms, 0);
+  assert_int_equal(c.policy.wait_ms, 0);
 }
 
 int main(void) {
@@ -178,5 +192,5 @@ int main(void) {
       cmocka_unit_test(test_addresses), cmocka_unit_test(test_bad_values),
       cmocka_unit_test(test_usage_errors),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, NULL, release_built);
 }

@@ -26,17 +26,18 @@ static void test_methods(void **state) {
   (void)state;
   gw_config cfg;
   gw_config_init(&cfg);
-  assert_true(policy_method_has_semantics(&cfg, "POST"));
-  assert_true(policy_method_has_semantics(&cfg, "PATCH"));
-  assert_false(policy_method_has_semantics(&cfg, "GET"));
-  assert_false(policy_method_has_semantics(&cfg, "PUT"));
-  assert_false(policy_method_has_semantics(&cfg, "post")); /* methods are case-sensitive */
+  assert_true(policy_method_has_semantics(&cfg.policy, "POST"));
+  assert_true(policy_method_has_semantics(&cfg.policy, "PATCH"));
+  assert_false(policy_method_has_semantics(&cfg.policy, "GET"));
+  assert_false(policy_method_has_semantics(&cfg.policy, "PUT"));
+  assert_false(policy_method_has_semantics(&cfg.policy, "post")); /* methods are case-sensitive */
   char err[256];
   char *argv[] = {"serve", "--upstream", "http://127.0.0.1:9", "--methods", "put, Delete"};
   assert_int_equal(gw_config_parse(&cfg, 5, argv, err, sizeof err), 0);
-  assert_true(policy_method_has_semantics(&cfg, "PUT"));
-  assert_true(policy_method_has_semantics(&cfg, "DELETE"));
-  assert_false(policy_method_has_semantics(&cfg, "POST"));
+  assert_true(policy_method_has_semantics(&cfg.policy, "PUT"));
+  assert_true(policy_method_has_semantics(&cfg.policy, "DELETE"));
+  assert_false(policy_method_has_semantics(&cfg.policy, "POST"));
+  gw_config_free(&cfg);
 }
 
 static void test_key(void **state) {
@@ -119,6 +120,12 @@ static void test_status(void **state) {
   for (size_t i = 0; i < sizeof released / sizeof released[0]; i++)
     if (policy_status_stored(released[i]))
       fail_msg("%d should release the key", released[i]);
+  /* the default store-statuses (2xx,3xx,4xx) keep the same statuses */
+  gw_config cfg;
+  gw_config_init(&cfg);
+  for (int st = 0; st < 700; st++)
+    if (gw_policy_stores(&cfg.policy, st) != policy_status_stored(st))
+      fail_msg("store-statuses default differs from the built-in rule at %d", st);
 }
 
 static void test_hop_headers(void **state) {

@@ -1,0 +1,156 @@
+"""test_config_check.py - `idem config check FILE` (the effective policy per
+route; exit 1 with FILE:LINE and the reason on a bad file), `idem config
+openapi FILE` (an OpenAPI 3.1 fragment) and GET /policy on the admin
+listener."""
+
+import json
+
+from config_util import ConfigTestCase
+from harness import main, run_idem
+
+GOOD = """listen: 127.0.0.1:8081
+upstream: http://127.0.0.1:8080
+store: lmdb:./idem-data
+admin_listen: 127.0.0.1:8082
+defaults:
+  methods: [POST, PATCH]
+  ttl: 24h
+  lock_ttl: 30s
+  wait: 0s
+  require_key: false
+  key: header:Idempotency-Key
+  fingerprint: raw
+  store_statuses: [2xx, 3xx, 4xx]
+  replay_headers: {drop: [Set-Cookie]}
+  mode: enforce
+routes:
+  - match: {methods: [POST], path: /v1/payments/*}
+    ttl: 7d
+    require_key: true
+    fingerprint: json
+  - match: {path: /v1/orders}
+    key: json:/order_id
+  - match: {path: /internal/**}
+    mode: off
+  - match: {path: /v1/charges/**}
+    fingerprint: {json: [/amount, /currency]}
+    store_statuses: [2xx, "500"]
+    mode: shadow
+"""
+
+# (file text, line, words the reason must hold)
+BAD = [
+    ("listen: 127.0.0.1:8081\nlistn: x\n", 2, "unknown key listn"),
+    ("routes:\n  - match: {path: /a}\n    ttl: 3x\n", 3, "ttl: '3x' is not a duration"),
+    ("routes:\n  - match: {path: /a}\n    listen: 127.0.0.1:1\n", 3,
+     "listen is not a route setting"),
+    ("routes:\n  - match: {path: /a, host: x}\n", 2, "match takes methods and path"),
+    ("routes:\n  - match: {path: a}\n", 2, "must start with /"),
+    ("defaults:\n  store_statuses: [2xx, 409]\n", 2, "409 is never stored"),
+    ("defaults:\n  store_statuses: [1xx]\n", 2, "is not a status list"),
+    ("defaults:\n  fingerprint: {json: [amount]}\n", 2, "is not a fingerprint"),
+    ("defaults:\n  key: body:/x\n", 2, "is not a key source"),
+    ("defaults:\n  mode: dry-run\n", 2, "is not a mode"),
+    ("defaults:\n  require_key: yes\n", 2, "'yes' is not true or false"),
+    ("ttl: 1h\ndefaults:\n  ttl: 2h\n", 3, "ttl is set twice (first at line 1)"),
+    ("routes:\n  - match: {path: /a}\n    methods: []\n", 3, "is not a method list"),
+    ("routes: [\n", 2, "did not find expected node content"),
+    ("upstream: ftp://x\n", 1, "upstream: 'ftp://x' is not an upstream URL"),
+    ("defaults:\n  listen: 127.0.0.1:1\n", 2, "listen is not a route setting"),
+    ("- a\n- b\n", 1, "must be a map"),
+]
+
+
+class Check(ConfigTestCase):
+    def test_good_file(self):
+        path = self.write_config(GOOD)
+        rc, out, err = run_idem(["config", "check", path])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("%s: ok, 4 routes" % path, out)
+        self.assertIn("route 1 (line 17): POST /v1/payments/*", out)
+        self.assertIn("route 4 (line 25): * /v1/charges/**", out)
+        self.assertIn("defaults (requests no route matches):", out)
+        route1 = out.split("route 1")[1].split("route 2")[0]
+        for line in ("ttl             7d", "require_key     true", "fingerprint     json",
+                     "replay_headers  drop:Set-Cookie", "lock_ttl        30s", "mode            enforce"):
+            self.assertIn(line, route1)
+        route4 = out.split("route 4")[1].split("defaults")[0]
+        self.assertIn("fingerprint     json:/amount,/currency", route4)
+        self.assertIn("store_statuses  2xx,500", route4)
+        self.assertIn("mode            shadow", route4)
+        # flags after FILE override it, as for serve
+        rc, out, err = run_idem(["config", "check", path, "--ttl", "2h"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("ttl             2h", out.split("route 2")[1])
+
+    def test_bad_files(self):
+        for text, line, words in BAD:
+            path = self.write_config(text)
+            rc, out, err = run_idem(["config", "check", path])
+            self.assertEqual(rc, 1, (text, out, err))
+            self.assertIn("%s:%d: " % (path, line), err, text)
+            self.assertIn(words, err, text)
+
+    def test_usage(self):
+        self.assertEqual(run_idem(["config", "check"])[0], 2)
+        self.assertEqual(run_idem(["config", "frob", "x"])[0], 2)
+        rc, out, err = run_idem(["config", "check", "/nonexistent/idem.yaml"])
+        self.assertEqual(rc, 1)
+        self.assertIn("/nonexistent/idem.yaml: No such file", err)
+        path = self.write_config(GOOD)
+        self.assertEqual(run_idem(["config", "check", path, "--ttl", "x"])[0], 2)
+
+    def test_openapi(self):
+        path = self.write_config(GOOD)
+        rc, out, err = run_idem(["config", "openapi", path])
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        self.assertEqual(doc["openapi"], "3.1.0")
+        op = doc["paths"]["/v1/payments/{p1}"]["post"]
+        self.assertNotIn("patch", doc["paths"]["/v1/payments/{p1}"])  # the route matches POST
+        key = [p for p in op["parameters"] if p["in"] == "header"][0]
+        self.assertEqual((key["name"], key["required"]), ("Idempotency-Key", True))
+        self.assertEqual(key["schema"]["maxLength"], 255)
+        self.assertTrue({"400", "409", "422"} <= set(op["responses"]))
+        self.assertIn("application/problem+json", op["responses"]["409"]["content"])
+        self.assertEqual(op["x-idem-ttl"], "7d")
+        orders = doc["paths"]["/v1/orders"]
+        self.assertEqual(set(orders), {"post", "patch"})
+        self.assertEqual(orders["post"]["x-idem-key"], "a key at /order_id in a JSON body")
+        self.assertFalse([p for p in orders["post"]["parameters"] if p["in"] == "header"])
+        # mode off is not published; a ** glob is listed as a route
+        self.assertFalse([p for p in doc["paths"] if p.startswith("/internal")])
+        self.assertIn("* /v1/charges/**", [r["match"] for r in doc["x-idem-routes"]])
+        self.assertIn("IdemProblem", doc["components"]["schemas"])
+
+    def test_policy_on_the_admin_listener(self):
+        up = self.start_upstream()
+        path = self.write_config(GOOD)
+        gw = self.start_gateway(up, "--config", path, admin=True)
+        r = gw.admin_request("GET", "/policy")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("Content-Type"), "application/json")
+        doc = r.json()
+        self.assertEqual(doc["source"], path)
+        self.assertEqual(len(doc["routes"]), 4)
+        r1 = doc["routes"][0]
+        self.assertEqual(r1["match"], {"methods": ["POST"], "path": "/v1/payments/*"})
+        self.assertEqual((r1["index"], r1["line"]), (1, 17))
+        self.assertEqual(r1["ttl"], "7d")
+        self.assertIs(r1["require_key"], True)
+        self.assertEqual(r1["replay_headers"], {"drop": ["Set-Cookie"]})
+        self.assertEqual(r1["methods"], ["POST", "PATCH"])
+        self.assertEqual(doc["routes"][1]["key"], "json:/order_id")
+        self.assertEqual(doc["routes"][3]["fingerprint"], {"json": ["/amount", "/currency"]})
+        self.assertEqual(doc["routes"][3]["store_statuses"], ["2xx", "500"])
+        self.assertEqual(doc["defaults"]["mode"], "enforce")
+        self.assertEqual(doc["routes"][1]["match"], {"methods": None, "path": "/v1/orders"})
+        # without --config: the defaults from the flags
+        gw2 = self.start_gateway(up, "--ttl", "5m", admin=True)
+        doc = gw2.admin_request("GET", "/policy").json()
+        self.assertEqual((doc["source"], doc["routes"], doc["defaults"]["ttl"]), (None, [], "5m"))
+        self.assertEqual(gw2.admin_request("POST", "/policy").status, 405)
+
+
+if __name__ == "__main__":
+    main()
