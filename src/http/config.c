@@ -197,6 +197,13 @@ static int parse_spool(void *cfg, const setting *s, const char *v, char *err, si
   return 0;
 }
 
+static int parse_access_log(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  if (!*v)
+    return refuse_value(err, len, s, v, "a file", "a file, - (standard output), or off");
+  ((gw_config *)cfg)->access_log = strcmp(v, "off") ? v : NULL;
+  return 0;
+}
+
 /* ---- the table ---- */
 
 #define FIELD(f) offsetof(gw_config, f)
@@ -243,6 +250,8 @@ static const setting serve_settings[] = {
            "where answers wait, durable, while the store is\naway (unused on memory:)"),
     DURATION("drain-timeout", drain_timeout_ms, "30s", 1,
              "on SIGTERM, the most time to finish requests in\nflight and empty the spool"),
+    CUSTOM("access-log", "PATH|-", NULL, parse_access_log,
+           "one JSON line per request, to PATH or - (standard\noutput); SIGUSR1 reopens it (default off)"),
     CUSTOM("admin-listen", "ADDR:PORT", NULL, parse_address,
            "/healthz, /readyz, /metrics, /keys/KEY (default off)"),
     COUNT("workers", workers, NULL, 64, "event-loop threads (default: number of cores)"),

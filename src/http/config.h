@@ -38,6 +38,7 @@ typedef struct {
   int64_t drain_timeout_ms;  /* --drain-timeout, default 30s */
   int max_conns;             /* --max-conns, per worker, default 4096 */
   const char *spool_dir;     /* --spool DIR, default ./idem-spool; NULL: off */
+  const char *access_log;    /* --access-log PATH|-; NULL: off */
   int has_upstream;          /* --upstream was given */
   int has_admin;
   gw_addr admin;             /* --admin-listen */

@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "http/gateway.h"
 #include "http/metrics.h"
@@ -82,6 +83,36 @@ static void conn_close(gw_conn *c) {
   uv_close((uv_handle_t *)&c->timer, on_handle_close);
 }
 
+static int64_t us_between(uint64_t from_ns, uint64_t to_ns) {
+  return (int64_t)((to_ns - from_ns) / 1000);
+}
+
+/* The access log's line for an exchange that ends (a blank spare has no
+ * worker: nothing to say). */
+static void log_exchange(const gw_exchange *ex) {
+  if (!ex->w || !ex->w->access.on)
+    return;
+  const gw_request *r = ex->req;
+  uint64_t now = uv_hrtime();
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gw_access_entry e = {
+      .time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+      .method = r ? r->method : NULL,
+      .target = r ? r->target.p : NULL,
+      .target_len = r ? r->target.len : 0,
+      .route = ex->route ? ex->route->index : -1,
+      .key = ex->idem.key[0] ? ex->idem.key : NULL,
+      .scope = ex->idem.scope[0] ? ex->idem.scope : NULL,
+      .outcome = ex->outcome ? gw_metrics_outcome_name((gw_outcome)(ex->outcome - 1)) : NULL,
+      .fence = ex->idem.fence,
+      .status = ex->status,
+      .upstream_us = ex->up_head_ns ? us_between(ex->up_sent_ns, ex->up_head_ns) : -1,
+      .total_us = us_between(ex->started_ns, now),
+  };
+  gw_access_buf_add(&ex->w->access, &e);
+}
+
 /* Buffers bigger than this are freed after a request, not kept. */
 #define KEEP_MAX (256u * 1024)
 
@@ -96,6 +127,7 @@ static gw_exchange *exchange_new(gw_conn *c) {
 /* Keep the exchange's buffers for the connection's next request instead of
  * freeing and allocating them again; the request goes back to the parser. */
 static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
+  log_exchange(ex);
   gw_routes_release(ex->routes);
   ex->routes = NULL;
   if (c->spare || c->closing) {
@@ -132,6 +164,7 @@ static void exchange_recycle(gw_conn *c, gw_exchange *ex) {
 }
 
 static void exchange_free(gw_exchange *ex) {
+  log_exchange(ex);
   gw_routes_release(ex->routes);
   if (ex->req) {
     gw_request_free(ex->req);
@@ -198,7 +231,9 @@ static void send_watch_tick(gw_conn *c) {
   }
 }
 
-static void send_error(gw_conn *c, int status, const char *detail);
+/* Answer a request that never became one (bad, too large, too slow, or no
+ * memory for it) and close; outcome is counted unless -1. */
+static void send_error(gw_conn *c, int status, int outcome, const char *detail);
 
 static void on_timer(uv_timer_t *t) {
   gw_conn *c = t->data;
@@ -207,8 +242,7 @@ static void on_timer(uv_timer_t *t) {
     return;
   }
   if (c->timer_mode == T_REQUEST && c->rp.started && !c->ex) {
-    gw_metrics_outcome(GW_OUT_CLIENT_TIMEOUT);
-    send_error(c, 408, "the request did not arrive in time");
+    send_error(c, 408, GW_OUT_CLIENT_TIMEOUT, "the request did not arrive in time");
     return;
   }
   conn_close(c);
@@ -304,7 +338,7 @@ static void dispatch(gw_conn *c, gw_request *req) {
   if (!ex) {
     gw_request_free(req);
     free(req);
-    send_error(c, 503, "out of memory");
+    send_error(c, 503, -1, "out of memory");
     return;
   }
   ex->w = c->w;
@@ -334,10 +368,11 @@ static void process(gw_conn *c) {
       timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
     if (r == GW_PARSE_ERROR) {
       int st = c->rp.error_status;
-      gw_metrics_outcome(st == 413   ? GW_OUT_TOO_LARGE
-                         : st == 431 ? GW_OUT_HEADER_TOO_LARGE
-                                     : GW_OUT_BAD_REQUEST);
-      send_error(c, st, c->rp.error_detail);
+      send_error(c, st,
+                 st == 413   ? GW_OUT_TOO_LARGE
+                 : st == 431 ? GW_OUT_HEADER_TOO_LARGE
+                             : GW_OUT_BAD_REQUEST,
+                 c->rp.error_detail);
       break;
     }
     if (r == GW_PARSE_HEAD) {
@@ -458,6 +493,7 @@ static int write_head(gw_exchange *ex, int status, const char *headers, size_t h
                       int64_t content_length, int chunked, int close) {
   gw_buf *h = &ex->out_head;
   h->len = 0;
+  ex->status = status;
   int err = gw_buf_reserve(h, headers_len + 128);
   err |= gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));
   err |= gw_buf_append(h, headers, headers_len);
@@ -574,14 +610,19 @@ void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
 
 /* An answer outside any request (bad framing, limits, timeouts): it always
  * closes the connection. */
-static void send_error(gw_conn *c, int status, const char *detail) {
+static void send_error(gw_conn *c, int status, int outcome, const char *detail) {
   gw_exchange *ex = exchange_new(c);
+  if (outcome >= 0 && !ex)
+    gw_metrics_outcome((gw_outcome)outcome);
   if (!ex) {
     conn_close(c);
     return;
   }
   ex->w = c->w;
   ex->conn = c;
+  ex->started_ns = uv_hrtime();
+  if (outcome >= 0)
+    gw_exchange_outcome(ex, (gw_outcome)outcome);
   c->ex = ex;
   c->refs++;
   stop_reading(c);

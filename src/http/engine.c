@@ -74,7 +74,7 @@ static void find_route(gw_exchange *ex) {
 /* ---- answers ---- */
 
 static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
-  gw_metrics_outcome(outcome);
+  gw_exchange_outcome(ex, outcome);
   upstream_response *up = &ex->up;
   gw_buf *h = &ex->stored_headers;
   unsigned flags = 0;
@@ -91,7 +91,7 @@ static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
 static void problem(gw_exchange *ex, gw_outcome outcome, int status,
                     const char *slug, const char *title, const char *detail,
                     const char *extra) {
-  gw_metrics_outcome(outcome);
+  gw_exchange_outcome(ex, outcome);
   gw_conn_problem(ex, status, slug, title, detail, extra, 0);
 }
 
@@ -166,7 +166,7 @@ static void answer_replay(gw_exchange *ex, const idem_record *rec) {
             "the gateway ran out of memory", "Retry-After: 1\r\n");
     return;
   }
-  gw_metrics_outcome(GW_OUT_REPLAYED);
+  gw_exchange_outcome(ex, GW_OUT_REPLAYED);
   gw_conn_respond(ex, r->status, h->p, h->len, b->p, b->len, 0);
 }
 
@@ -227,6 +227,7 @@ static void release(gw_exchange *ex, int after) {
 
 static void on_stream_head(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
+  ex->up_head_ns = uv_hrtime();
   gw_request *r = ex->req;
   gw_buf *h = &ex->stored_headers;
   policy_replayable_headers(&up->headers, h); /* out of memory: fewer headers, still an answer */
@@ -275,11 +276,11 @@ static const upstream_stream stream_cbs = {on_stream_head, on_stream_data, 0};
 static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
   /* cut by us because the client left: not an upstream failure */
   upstream_kind seen = ex->upstream_cut && kind == UP_RESET ? UP_OK : kind;
-  gw_metrics_outcome(seen != UP_OK   ? (seen == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
-                                                          : GW_OUT_UPSTREAM_ERROR)
-                     : ex->idem.claimed ? GW_OUT_EXECUTED
-                     : ex->idem.bypass  ? GW_OUT_STORE_BYPASS
-                                   : GW_OUT_PASSTHROUGH);
+  gw_exchange_outcome(ex, seen != UP_OK ? (seen == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
+                                                             : GW_OUT_UPSTREAM_ERROR)
+                          : ex->idem.claimed ? GW_OUT_EXECUTED
+                          : ex->idem.bypass  ? GW_OUT_STORE_BYPASS
+                                             : GW_OUT_PASSTHROUGH);
   if (seen != UP_OK)
     fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
             ex->req->method, log_len(ex->req), ex->req->target.p, up_kind_text[kind]);
@@ -318,6 +319,7 @@ static void on_spill_kept(gw_exchange *ex, int kept) {
 
 static void on_spill_head(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
+  ex->up_head_ns = uv_hrtime();
   ex->spill.on = 1;
   ex->up_paused = 1;
   upstream_pause(up, 1);
@@ -352,6 +354,8 @@ static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
 
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
+  if (!ex->up_head_ns)
+    ex->up_head_ns = uv_hrtime();
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
   if (ex->spill.on) { /* on_spill_kept ends it */
     ex->spill.ended = 1;
@@ -452,7 +456,7 @@ static void forward(gw_exchange *ex) {
   ex->up_bufs[0] = uv_buf_init(b->p, (unsigned)b->len);
   if (r->body.len)
     ex->up_bufs[n++] = uv_buf_init(r->body.p, (unsigned)r->body.len);
-  ex->op_started_ns = uv_hrtime();
+  ex->op_started_ns = ex->up_sent_ns = uv_hrtime();
   /* answers that will not be stored stream through, with no size limit;
    * keyed ones are kept whole, and stream only past --max-response */
   upstream_send(ex->w->pool, ex->up_bufs, n, r->is_head,

@@ -22,7 +22,9 @@
 #include <uv.h>
 
 #include "core/queue.h"
+#include "http/access_log.h"
 #include "http/config.h"
+#include "http/metrics.h"
 #include "http/request.h"
 #include "http/route.h"
 #include "http/spool.h"
@@ -75,6 +77,7 @@ struct gw_worker {
   size_t nconns;
   int stopping;
   int stopped; /* the store and pool are closing or closed */
+  gw_access_buf access; /* --access-log lines, written by the worker */
 };
 
 /* The idempotency state of a keyed request (engine.c). */
@@ -146,7 +149,18 @@ struct gw_exchange {
   int close_after;
   gw_stream_state stream;
   gw_spill_state spill;
+  /* for the access log */
+  int outcome;         /* gw_outcome + 1 once counted; 0: none */
+  int status;          /* of the answer's head; 0 while none went out */
+  uint64_t up_sent_ns; /* the request went upstream */
+  uint64_t up_head_ns; /* the head of its answer came back */
 };
+
+/* Count ex's outcome (metrics.h) and keep it for the access log. */
+static inline void gw_exchange_outcome(gw_exchange *ex, gw_outcome o) {
+  ex->outcome = (int)o + 1;
+  gw_metrics_outcome(o);
+}
 
 /* ---- conn.c ---- */
 

@@ -61,6 +61,8 @@ static const char *const outcome_names[] = {
 #undef GW_OUTCOME_NAME
 };
 
+const char *gw_metrics_outcome_name(gw_outcome o) { return outcome_names[o]; }
+
 void gw_metrics_outcome(gw_outcome o) {
   atomic_fetch_add_explicit(&outcomes[o], 1, memory_order_relaxed);
 }

@@ -38,6 +38,8 @@ typedef enum {
 typedef enum { GW_HIST_CLAIM, GW_HIST_COMPLETE, GW_HIST_RELEASE, GW_HIST_UPSTREAM, GW_HIST_COUNT } gw_hist;
 
 void gw_metrics_outcome(gw_outcome o);
+/* Its name on /metrics and in the access log ("executed"). */
+const char *gw_metrics_outcome_name(gw_outcome o);
 /* Record one latency observation in seconds-based buckets. */
 void gw_metrics_observe(gw_hist h, uint64_t micros);
 void gw_metrics_leases(int delta);      /* leases this process holds */

@@ -316,7 +316,9 @@ const char *policy_reason(int status) {
   }
 }
 
-int policy_json_string(gw_buf *out, const char *s, size_t len) {
+/* ascii: bytes from 0x80 too are written \u00XX (as Latin-1), so that any
+ * bytes give valid JSON; else they pass as they are (UTF-8 text). */
+static int json_quote(gw_buf *out, const char *s, size_t len, int ascii) {
   static const char hex[] = "0123456789abcdef";
   if (gw_buf_reserve(out, len + 2))
     return -1;
@@ -334,7 +336,7 @@ int policy_json_string(gw_buf *out, const char *s, size_t len) {
     case '\r': rep = "\\r"; break;
     case '\t': rep = "\\t"; break;
     default:
-      if (c < 0x20 || c == 0x7f) {
+      if (c < 0x20 || c == 0x7f || (ascii && c >= 0x80)) {
         esc[0] = '\\'; esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
         esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; esc[6] = 0;
         rep = esc;
@@ -345,6 +347,14 @@ int policy_json_string(gw_buf *out, const char *s, size_t len) {
       return -1;
   }
   return gw_buf_append(out, "\"", 1);
+}
+
+int policy_json_string(gw_buf *out, const char *s, size_t len) {
+  return json_quote(out, s, len, 0);
+}
+
+int policy_json_ascii(gw_buf *out, const char *s, size_t len) {
+  return json_quote(out, s, len, 1);
 }
 
 int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why) {

@@ -96,5 +96,8 @@ int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why);
 
 /* Append s as a JSON string (quotes included) to out. */
 int policy_json_string(gw_buf *out, const char *s, size_t len);
+/* The same, with every byte from 0x80 written \u00XX: valid JSON whatever
+ * the bytes (a request target, a key), read back as Latin-1. */
+int policy_json_ascii(gw_buf *out, const char *s, size_t len);
 
 #endif

@@ -27,7 +27,7 @@
 typedef struct {
   const gw_config *cfg;
   uv_loop_t loop;
-  uv_signal_t sigterm, sigint, sighup;
+  uv_signal_t sigterm, sigint, sighup, sigusr1;
   gw_worker *workers;
   int nworkers;
   gw_admin *admin;
@@ -204,6 +204,7 @@ static void store_closed(idem_store *st, void *arg) {
   gw_worker *w = arg;
   (void)st;
   w->store = NULL;
+  gw_access_buf_stop(&w->access); /* every line of this worker's requests is out */
   if (w->drain_on)
     uv_close((uv_handle_t *)&w->drain_timer, NULL);
   uv_close((uv_handle_t *)&w->stop_async, on_async_closed);
@@ -314,6 +315,7 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
       return rc == IDEM_EURI ? -2 : -1;
     w->store_retry_at = uv_now(&w->loop) + 1000;
   }
+  gw_access_buf_start(&w->access, &w->loop);
   if (w->spool && w->id == 0) {
     uv_timer_init(&w->loop, &w->drain_timer);
     w->drain_timer.data = w;
@@ -364,6 +366,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   uv_close((uv_handle_t *)&srv->sigterm, NULL);
   uv_close((uv_handle_t *)&srv->sigint, NULL);
   uv_close((uv_handle_t *)&srv->sighup, NULL);
+  uv_close((uv_handle_t *)&srv->sigusr1, NULL);
 }
 
 /* SIGHUP: read the config file again. A good one applies to the requests
@@ -502,6 +505,14 @@ static int build(gw_server *srv, const struct sockaddr_storage *up, int *admin_f
 }
 
 /* The main loop's handles: admin listener, drain deadline, signals. */
+/* SIGUSR1: the access log's path again, for logrotate (after a move). */
+static void on_sigusr1(uv_signal_t *s, int signum) {
+  (void)s;
+  (void)signum;
+  if (gw_access_log_reopen())
+    fprintf(stderr, "idem serve: cannot reopen the access log: %s\n", strerror(errno));
+}
+
 static void start_main_loop(gw_server *srv, int admin_fd) {
   if (admin_fd >= 0 && !(srv->admin = gw_admin_start(&srv->loop, srv->cfg, admin_fd)))
     fprintf(stderr, "idem serve: admin listener failed\n");
@@ -512,10 +523,12 @@ static void start_main_loop(gw_server *srv, int admin_fd) {
   uv_signal_init(&srv->loop, &srv->sigterm);
   uv_signal_init(&srv->loop, &srv->sigint);
   uv_signal_init(&srv->loop, &srv->sighup);
-  srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv;
+  uv_signal_init(&srv->loop, &srv->sigusr1);
+  srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv->sigusr1.data = srv;
   uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
   uv_signal_start(&srv->sigint, on_signal, SIGINT);
   uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
+  uv_signal_start(&srv->sigusr1, on_sigusr1, SIGUSR1);
 }
 
 static void say_ready(const gw_server *srv, int port, int admin_port) {
@@ -545,6 +558,11 @@ int gw_run(const gw_config *cfg) {
   gw_server srv;
   memset(&srv, 0, sizeof srv);
   srv.cfg = cfg;
+  char err[512];
+  if (cfg->access_log && gw_access_log_open(cfg->access_log, err, sizeof err)) {
+    fprintf(stderr, "idem serve: %s\n", err);
+    return 2;
+  }
   gw_routes_publish(gw_routes_hold(cfg->routes)); /* the table in force */
   struct sockaddr_storage up;
   if (upstream_resolve(cfg->upstream_host, cfg->upstream_port, "idem serve: upstream host", &up))
@@ -574,6 +592,7 @@ int gw_run(const gw_config *cfg) {
   for (int i = 0; srv.workers && i < n; i++)
     gw_routes_release(srv.workers[i].routes);
   gw_routes_publish(NULL);
+  gw_access_log_close();
   free(srv.fds);
   free(srv.workers);
   return rc;
