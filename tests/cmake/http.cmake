@@ -9,7 +9,7 @@ endif()
 # libyaml) are linked into every test that compiles config.c in, and into
 # the route and config tests.
 foreach(t test_http_config test_http_policy test_http_request test_spool test_route
-          test_route_config)
+          test_route_config test_access_log)
   if(TARGET ${t})
     target_sources(${t} PRIVATE ${PROJECT_SOURCE_DIR}/src/http/route.c
                                 ${PROJECT_SOURCE_DIR}/src/http/config_file.c)

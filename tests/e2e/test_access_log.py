@@ -1,0 +1,129 @@
+"""--access-log: one JSON line per request with its route, key, scope hash,
+outcome, fence, status and latencies; hostile targets and keys stay valid
+JSON; lines buffered in the gateway reach the file by SIGTERM (none lost);
+SIGUSR1 reopens the path after a move (logrotate); `-` writes to standard
+output; a path that cannot be opened stops serve with status 2."""
+
+import json
+import os
+import signal
+import subprocess
+
+from harness import GatewayTestCase, RawConn, idem_bin, main, wait_for
+
+
+def lines(path):
+    with open(path, "rb") as f:
+        return [json.loads(line) for line in f.read().decode("ascii").splitlines()]
+
+
+class AccessLog(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+        self.dir = self.tempdir()
+        self.log = os.path.join(self.dir, "access.log")
+
+    def gateway(self, *args, workers=1):
+        """One worker unless asked: the lines of one worker are in order."""
+        return self.start_gateway(self.up, "--access-log", self.log, "--scope-header",
+                                  "X-Tenant", "--workers", str(workers), *args)
+
+    def stop_and_read(self, gw):
+        gw.stop()
+        return lines(self.log)
+
+    def test_each_outcome_has_its_line(self):
+        gw = self.gateway()
+        t = {"X-Tenant": "acme"}
+        gw.request("POST", "/pay?x=1", body=b'{"n":1}', key="k1", headers=t)   # executed
+        gw.request("POST", "/pay?x=1", body=b'{"n":1}', key="k1", headers=t)   # replayed
+        gw.request("POST", "/pay?x=1", body=b'{"n":2}', key="k1", headers=t)   # mismatch
+        gw.request("GET", "/status")                                          # passthrough
+        gw.request("POST", "/pay", body=b"x", key="k" * 300)                   # bad key
+        gw.request("POST", "/fail", body=b"x", key="k2",
+                   headers={"X-Test-Status": "503"})                          # released
+        got = self.stop_and_read(gw)
+        self.assertEqual([x["outcome"] for x in got],
+                         ["executed", "replayed", "mismatch", "passthrough", "bad_key", "released"],
+                         json.dumps(got, indent=1))
+        ex, rp, mm, pt, bk, rl = got
+        self.assertEqual((ex["method"], ex["target"], ex["key"], ex["status"], ex["fence"]),
+                         ("POST", "/pay?x=1", "k1", 200, 1))
+        self.assertRegex(ex["scope"], "^[0-9a-f]{64}$")  # the tenant, hashed: never the header
+        self.assertEqual(rp["scope"], ex["scope"])
+        self.assertEqual((rp["status"], rp["fence"], rp["upstream_ms"]), (200, None, None))
+        self.assertEqual(mm["status"], 422)
+        self.assertEqual((pt["key"], pt["scope"], pt["fence"]), (None, None, None))
+        self.assertEqual(bk["status"], 400)
+        self.assertEqual((rl["status"], rl["fence"]), (503, 1))
+        for x in got:
+            self.assertRegex(x["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            self.assertEqual(x["route"], 0)  # no config: the defaults
+            self.assertGreaterEqual(x["total_ms"], 0)
+        self.assertGreater(ex["upstream_ms"], 0)
+        self.assertGreaterEqual(ex["total_ms"], ex["upstream_ms"])
+
+    def test_hostile_target_and_key_stay_valid_json(self):
+        gw = self.gateway()
+        key = 'k"\\}{'
+        gw.request("POST", '/a"b\\c?q=%00"}{', body=b"x", key=key)
+        c = RawConn(gw.port)
+        c.send(b"GET /caf\xc3\xa9/\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        c.read_response()
+        c.close()
+        got = self.stop_and_read(gw)  # json.loads of every line: valid JSON
+        self.assertEqual(got[0]["target"], '/a"b\\c?q=%00"}{')
+        self.assertEqual(got[0]["key"], key)
+        self.assertEqual(len(got), 2)
+
+    def test_route_index_from_the_config_file(self):
+        conf = os.path.join(self.dir, "idem.yaml")
+        with open(conf, "w") as f:
+            f.write("routes:\n  - match: {path: /a/*}\n  - match: {path: /b/*}\n")
+        gw = self.gateway("--config", conf)
+        gw.request("POST", "/b/1", body=b"x", key="r1")
+        gw.request("POST", "/c", body=b"x", key="r2")
+        got = self.stop_and_read(gw)
+        self.assertEqual([x["route"] for x in got], [2, 0])
+
+    def test_sigterm_writes_every_buffered_line(self):
+        gw = self.gateway(workers=2)
+        for i in range(300):
+            gw.request("POST", "/n", body=b"x", key="n%d" % i)
+        got = self.stop_and_read(gw)  # SIGTERM; no second has to pass
+        self.assertEqual(sorted(x["key"] for x in got), sorted("n%d" % i for i in range(300)))
+
+    def test_lines_reach_the_file_within_seconds(self):
+        gw = self.gateway()
+        gw.request("POST", "/soon", body=b"x", key="soon")
+        wait_for(lambda: os.path.exists(self.log) and b"soon" in open(self.log, "rb").read(), 5,
+                 what="the buffered line flushed by the timer")
+
+    def test_sigusr1_reopens_the_path(self):
+        gw = self.gateway()
+        gw.request("POST", "/before", body=b"x", key="before")
+        wait_for(lambda: b"before" in open(self.log, "rb").read(), 5)
+        os.rename(self.log, self.log + ".1")
+        os.kill(gw.pid, signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(self.log), 5, what="the log opened again")
+        gw.request("POST", "/after", body=b"x", key="after")
+        got = self.stop_and_read(gw)
+        self.assertEqual([x["key"] for x in got], ["after"])
+        self.assertEqual([x["key"] for x in lines(self.log + ".1")], ["before"])
+
+    def test_dash_is_standard_output(self):
+        gw = self.start_gateway(self.up, "--access-log", "-")
+        gw.request("POST", "/o", body=b"x", key="stdout-key")
+        gw.stop()
+        self.assertIn('"key":"stdout-key"', gw.stderr())  # the harness joins stdout and stderr
+
+    def test_a_path_that_cannot_be_opened_exits_2(self):
+        out = subprocess.run([idem_bin(), "serve", "--upstream", self.up.url, "--store", "memory:",
+                              "--access-log", os.path.join(self.dir, "no", "such", "dir", "log")],
+                             capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("--access-log", out.stderr)
+
+
+if __name__ == "__main__":
+    main()
