@@ -372,6 +372,11 @@ static void on_upstream(void *arg, upstream_response *up) {
   if (up->kind == UP_OK && policy_replayable_headers(&up->headers, &ex->stored_headers)) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
+  /* what replays carry: the route's replay_headers drop some (the first
+   * client gets them all) */
+  if (up->kind == UP_OK && ex->idem.claimed && pol(ex)->ndrop &&
+      policy_kept_headers(pol(ex), &ex->stored_headers, &ex->kept_headers))
+    up->kind = UP_BAD_RESPONSE; /* out of memory, as above */
   if (!ex->idem.claimed) {
     if (up->kind == UP_OK)
       answer_upstream(ex, ex->idem.bypass ? GW_OUT_STORE_BYPASS : GW_OUT_PASSTHROUGH);
@@ -381,12 +386,10 @@ static void on_upstream(void *arg, upstream_response *up) {
   }
   switch (up->kind) {
   case UP_OK:
-    if (gw_policy_stores(pol(ex), up->status)) {
-      const gw_buf *kept = &ex->stored_headers;
-      if (pol(ex)->ndrop && !policy_kept_headers(pol(ex), kept, &ex->kept_headers))
-        kept = &ex->kept_headers; /* out of memory: kept whole */
-      gw_keep(ex, up->status, kept, &up->body, 0, answer_executed);
-    } else
+    if (gw_policy_stores(pol(ex), up->status))
+      gw_keep(ex, up->status, pol(ex)->ndrop ? &ex->kept_headers : &ex->stored_headers,
+              &up->body, 0, answer_executed);
+    else
       release(ex, AFTER_UPSTREAM_ANSWER);
     return;
   case UP_CONNECT_FAILED:
