@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -63,21 +62,38 @@ static int json_or_null(gw_buf *out, const char *s, size_t len) {
   return s ? policy_json_ascii(out, s, len) : gw_buf_puts(out, "null");
 }
 
-/* RFC 3339 UTC with milliseconds: 2026-11-24T02:30:00.123Z */
+/* RFC 3339 UTC with milliseconds: 2026-11-24T02:30:00.123Z. The text of
+ * the second is kept per thread: gmtime and strftime run once a second. */
 static int put_time(gw_buf *out, int64_t ms) {
-  time_t secs = (time_t)(ms / 1000);
-  struct tm tm;
-  char text[32];
-  gmtime_r(&secs, &tm);
-  strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
-  return gw_buf_printf(out, "{\"time\":\"%s.%03dZ\"", text, (int)(ms % 1000));
+  static _Thread_local int64_t cached_sec = -1;
+  static _Thread_local char text[32];
+  int64_t sec = ms / 1000;
+  if (sec != cached_sec) {
+    time_t t = (time_t)sec;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+    cached_sec = sec;
+  }
+  char frac[6] = {'.', (char)('0' + ms % 1000 / 100), (char)('0' + ms % 100 / 10),
+                  (char)('0' + ms % 10), 'Z', '"'};
+  return gw_buf_puts(out, "{\"time\":\"") | gw_buf_puts(out, text) |
+         gw_buf_append(out, frac, sizeof frac);
 }
 
 /* Microseconds as milliseconds with three decimals, or null. */
 static int put_ms(gw_buf *out, const char *name, int64_t us) {
+  int err = gw_buf_puts(out, name);
   if (us < 0)
-    return gw_buf_printf(out, ",\"%s\":null", name);
-  return gw_buf_printf(out, ",\"%s\":%" PRId64 ".%03d", name, us / 1000, (int)(us % 1000));
+    return err | gw_buf_puts(out, "null");
+  char frac[4] = {'.', (char)('0' + us % 1000 / 100), (char)('0' + us % 100 / 10),
+                  (char)('0' + us % 10)};
+  return err | gw_buf_u64(out, (uint64_t)(us / 1000)) | gw_buf_append(out, frac, sizeof frac);
+}
+
+/* A number, or null for none. */
+static int put_num(gw_buf *out, const char *name, uint64_t v, int none) {
+  return gw_buf_puts(out, name) | (none ? gw_buf_puts(out, "null") : gw_buf_u64(out, v));
 }
 
 int gw_access_line(gw_buf *out, const gw_access_entry *e) {
@@ -86,18 +102,17 @@ int gw_access_line(gw_buf *out, const gw_access_entry *e) {
   err |= json_or_null(out, e->method, e->method ? strlen(e->method) : 0);
   err |= gw_buf_puts(out, ",\"target\":");
   err |= json_or_null(out, e->target, e->target_len);
-  err |= e->route < 0 ? gw_buf_puts(out, ",\"route\":null")
-                      : gw_buf_printf(out, ",\"route\":%d", e->route);
+  err |= put_num(out, ",\"route\":", (uint64_t)e->route, e->route < 0);
   err |= gw_buf_puts(out, ",\"key\":");
   err |= json_or_null(out, e->key, e->key ? strlen(e->key) : 0);
   err |= gw_buf_puts(out, ",\"scope\":");
   err |= json_or_null(out, e->scope, e->scope ? strlen(e->scope) : 0);
-  err |= gw_buf_printf(out, ",\"outcome\":\"%s\"", e->outcome ? e->outcome : "none");
-  err |= e->fence ? gw_buf_printf(out, ",\"fence\":%" PRIu64, e->fence)
-                  : gw_buf_puts(out, ",\"fence\":null");
-  err |= gw_buf_printf(out, ",\"status\":%d", e->status);
-  err |= put_ms(out, "upstream_ms", e->upstream_us);
-  err |= put_ms(out, "total_ms", e->total_us);
+  err |= gw_buf_puts(out, ",\"outcome\":\"");
+  err |= gw_buf_puts(out, e->outcome ? e->outcome : "none");
+  err |= put_num(out, "\",\"fence\":", e->fence, e->fence == 0);
+  err |= put_num(out, ",\"status\":", (uint64_t)e->status, 0);
+  err |= put_ms(out, ",\"upstream_ms\":", e->upstream_us);
+  err |= put_ms(out, ",\"total_ms\":", e->total_us);
   err |= gw_buf_puts(out, "}\n");
   return err ? -1 : 0;
 }

@@ -318,32 +318,28 @@ const char *policy_reason(int status) {
 
 /* ascii: bytes from 0x80 too are written \u00XX (as Latin-1), so that any
  * bytes give valid JSON; else they pass as they are (UTF-8 text). */
+static int json_plain(unsigned char c, int ascii) {
+  return c >= 0x20 && c != '"' && c != '\\' && c != 0x7f && !(ascii && c >= 0x80);
+}
+
 static int json_quote(gw_buf *out, const char *s, size_t len, int ascii) {
   static const char hex[] = "0123456789abcdef";
-  if (gw_buf_reserve(out, len + 2))
+  if (gw_buf_reserve(out, len + 2) || gw_buf_append(out, "\"", 1))
     return -1;
-  if (gw_buf_append(out, "\"", 1))
-    return -1;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    char esc[7];
-    const char *rep = NULL;
-    size_t rlen = 2;
-    switch (c) {
-    case '"': rep = "\\\""; break;
-    case '\\': rep = "\\\\"; break;
-    case '\n': rep = "\\n"; break;
-    case '\r': rep = "\\r"; break;
-    case '\t': rep = "\\t"; break;
-    default:
-      if (c < 0x20 || c == 0x7f || (ascii && c >= 0x80)) {
-        esc[0] = '\\'; esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
-        esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; esc[6] = 0;
-        rep = esc;
-        rlen = 6;
-      }
-    }
-    if (rep ? gw_buf_append(out, rep, rlen) : gw_buf_append(out, &s[i], 1))
+  size_t i = 0;
+  while (i < len) {
+    size_t run = i;
+    while (run < len && json_plain((unsigned char)s[run], ascii))
+      run++;
+    if (run > i && gw_buf_append(out, s + i, run - i)) /* a run of plain bytes at once */
+      return -1;
+    if ((i = run) == len)
+      break;
+    unsigned char c = (unsigned char)s[i++];
+    char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+    const char *rep = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
+                      : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+    if (rep ? gw_buf_append(out, rep, 2) : gw_buf_append(out, esc, 6))
       return -1;
   }
   return gw_buf_append(out, "\"", 1);

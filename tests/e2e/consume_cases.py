@@ -2,7 +2,8 @@
 once against a small broker interface that each test file provides:
 
     class RedisCase(BrokerCase):
-        def start_broker(self): ...            # the real server, in setUp
+        def start_broker(self): ...            # the real server, in setUp; sets
+                                               # self.broker_server (kill(), start())
         def from_uri(self, stream): ...        # --from
         def publish(self, entries, stream): ...  # entries: dicts of fields;
                                                # "body" is the body, "message_id"
@@ -10,7 +11,6 @@ once against a small broker interface that each test file provides:
         def all_settled(self, stream): ...     # every message acked or dead
         def dead_letters(self, stream): ...    # [{"reason", "body", fields...}]
         def pending(self, stream): ...         # delivered, not yet settled
-        def restart_broker(self, outage): ...  # SIGKILL, wait, start again
 
 OutcomeTests holds the rows of the outcome table; LoadTests the 10,000-key
 runs (IDEM_CONSUME_LOAD_KEYS=N changes the size).
@@ -61,6 +61,18 @@ class BrokerCase(unittest.TestCase):
         rep = c.sanitizer_report()
         if rep:
             self.fail("sanitizer report:\n" + rep)
+
+    def stop_broker(self):
+        self.broker_server.kill()
+
+    def start_broker_again(self):
+        self.broker_server.start()
+
+    def restart_broker(self, outage):
+        """SIGKILL the broker, leave it down for outage seconds, start it again."""
+        self.broker_server.kill()
+        time.sleep(outage)  # the outage (not a wait for a condition)
+        self.broker_server.start()
 
     def wait_settled(self, timeout=60, stream=STREAM):
         wait_for(lambda: self.all_settled(stream), timeout, interval=0.1,
@@ -223,6 +235,8 @@ class LoadTests:
     10% of first attempts with 503."""
 
     load_args = ["--max-deliveries", "20", "--concurrency", "32"]
+    load_key_field = "message_id"  # where the key travels, and the flags that read it there
+    load_key_args = []
 
     def make_entries(self, key_field="message_id"):
         self.h.fail_first_fraction = 0.10

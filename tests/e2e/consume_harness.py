@@ -18,16 +18,15 @@ answered, fence, headers); h.successes(key) counts 2xx answers.
 """
 
 import http.server
-import os
 import signal
 import socket
 import socketserver
 import subprocess
-import tempfile
 import threading
 import time
 
-from harness import free_port, idem_bin, wait_for, _live, _live_lock  # noqa: F401
+from harness import IdemProcess, free_port, idem_bin, wait_for
+from redis_server import _encode, _Reader
 
 
 class _HandlerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -128,19 +127,16 @@ class Handler:
             return sum(len(v) for v in self._log.values())
 
 
-class Consumer:
+class Consumer(IdemProcess):
     """One `idem consume` process."""
 
     def __init__(self, from_uri, to_url, store="memory:consume", args=(), admin=False, env=None):
+        super().__init__(env)
         self.from_uri = from_uri
         self.to_url = to_url
         self.store = store
         self.args = list(args)
         self.admin_port = free_port() if admin else None
-        self.env = env
-        self.proc = None
-        self._errs = []
-        self._errpath = None
 
     def argv(self):
         a = [idem_bin(), "consume", "--from", self.from_uri, "--to", self.to_url,
@@ -150,12 +146,7 @@ class Consumer:
         return a + self.args
 
     def start(self, timeout=15.0, wait_connected=True):
-        fd, self._errpath = tempfile.mkstemp(prefix="idem-consume-", suffix=".err")
-        self._errf = os.fdopen(fd, "w+b")
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=self._errf,
-                                     stderr=self._errf, env=self.env, start_new_session=True)
-        with _live_lock:
-            _live.add(self.proc)
+        self._spawn("consume")
         if wait_connected:
             def ready():
                 if self.proc.poll() is not None:
@@ -164,35 +155,6 @@ class Consumer:
                 return "broker connected" in self._current_err()
             wait_for(ready, timeout, what="idem consume to connect")
         return self
-
-    def _current_err(self):
-        if not self._errpath:
-            return ""
-        with open(self._errpath, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def stderr(self):
-        return "".join(self._errs) + self._current_err()
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def _reap(self):
-        with _live_lock:
-            _live.discard(self.proc)
-        if self._errpath:
-            self._errs.append(self._current_err())
-            self._errf.close()
-            os.unlink(self._errpath)
-            self._errpath = None
-
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def wait_exit(self, timeout):
-        rc = self.proc.wait(timeout)
-        self._reap()
-        return rc
 
     def stop(self, timeout=20.0):
         if self.proc is None or self._errpath is None:
@@ -206,14 +168,6 @@ class Consumer:
                 self.proc.wait(5)
         self._reap()
         return self.proc.returncode
-
-    def kill(self):
-        if self.proc is None or self._errpath is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reap()
 
     def restart(self, **kw):
         if self.alive():
@@ -235,24 +189,6 @@ class Consumer:
         head, _, body = data.partition(b"\r\n\r\n")
         return int(head.split()[1]), body.decode()
 
-    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer: detected",
-                       "runtime error:")
-
-    def sanitizer_report(self):
-        err = self.stderr()
-        for m in self.SANITIZER_MARKS:
-            if m in err:
-                i = err.find(m)
-                return err[max(0, i - 200):i + 5000]
-        return None
-
-
-def _encode(args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
 
 
 class RedisClient:
@@ -262,7 +198,6 @@ class RedisClient:
         self.port = port
 
     def pipeline(self, commands, timeout=30.0):
-        from redis_server import _Reader
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         try:
             s.sendall(b"".join(_encode(c) for c in commands))

@@ -175,21 +175,91 @@ def _has_spool_arg(args):
     return any(a == "--spool" or str(a).startswith("--spool=") for a in args)
 
 
-class Gateway:
-    """One `idem serve` process on 127.0.0.1 free ports."""
+class IdemProcess:
+    """An idem process whose stdout and stderr go to a temp file (kept over
+    restarts), registered in _live so that a dying test run kills it."""
 
-    def __init__(self, upstream_url, store="memory:e2e", args=(), admin=False,
-                 port=None, admin_port=None, env=None):
-        self.upstream_url = upstream_url
-        self.store = store
-        self.args = list(args)
-        self.port = port or free_port()
-        self.admin_port = (admin_port or free_port()) if admin else None
+    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer: detected",
+                       "runtime error:", "WARNING: ThreadSanitizer")
+
+    def __init__(self, env=None):
         self.env = env
         self.proc = None
         self._errf = None
         self._errpath = None
         self._errs = []  # stderr of earlier runs (restart)
+
+    def _spawn(self, kind):
+        fd, self._errpath = tempfile.mkstemp(prefix="idem-%s-" % kind, suffix=".err")
+        self._errf = os.fdopen(fd, "w+b")
+        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                     stdout=self._errf, stderr=self._errf,
+                                     env=self.env, start_new_session=True)
+        with _live_lock:
+            _live.add(self.proc)
+
+    def _current_err(self):
+        if not self._errpath:
+            return ""
+        with open(self._errpath, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stderr(self):
+        """Everything the process printed, over all its runs."""
+        return "".join(self._errs) + self._current_err()
+
+    def sanitizer_report(self):
+        """The sanitizer report in stderr (from its first line), or None."""
+        err = self.stderr()
+        at = [err.find(m) for m in self.SANITIZER_MARKS if m in err]
+        if not at:
+            return None
+        start = err.rfind("\n", 0, min(at)) + 1
+        return err[start:start + 6000]
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _reap(self):
+        with _live_lock:
+            _live.discard(self.proc)
+        if self._errpath:
+            self._errs.append(self._current_err())
+            self._errf.close()
+            os.unlink(self._errpath)
+            self._errpath = None
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def kill(self):
+        """SIGKILL, as a crash would. Returns the exit code."""
+        if self.proc is None or self._errpath is None:
+            return self.proc.returncode if self.proc else None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        self._reap()
+        return self.proc.returncode
+
+    def wait_exit(self, timeout):
+        """Wait for the process to exit on its own; return its code."""
+        rc = self.proc.wait(timeout)
+        self._reap()
+        return rc
+
+
+class Gateway(IdemProcess):
+    """One `idem serve` process on 127.0.0.1 free ports."""
+
+    def __init__(self, upstream_url, store="memory:e2e", args=(), admin=False,
+                 port=None, admin_port=None, env=None):
+        super().__init__(env)
+        self.upstream_url = upstream_url
+        self.store = store
+        self.args = list(args)
+        self.port = port or free_port()
+        self.admin_port = (admin_port or free_port()) if admin else None
         self.spool_dir = None
         if not _has_spool_arg(self.args):
             self.spool_dir = tempfile.mkdtemp(prefix="idem-spool-")
@@ -223,13 +293,7 @@ class Gateway:
             os.makedirs(self.spool_dir, 0o700, exist_ok=True)
             with _live_lock:
                 _spools.add(self.spool_dir)
-        fd, self._errpath = tempfile.mkstemp(prefix="idem-serve-", suffix=".err")
-        self._errf = os.fdopen(fd, "w+b")
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                     stdout=self._errf, stderr=self._errf,
-                                     env=self.env, start_new_session=True)
-        with _live_lock:
-            _live.add(self.proc)
+        self._spawn("serve")
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -252,40 +316,6 @@ class Gateway:
         except OSError:
             return False
 
-    def _current_err(self):
-        if not self._errpath:
-            return ""
-        with open(self._errpath, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def stderr(self):
-        """Everything the gateway printed, over all its runs."""
-        return "".join(self._errs) + self._current_err()
-
-    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer: detected",
-                       "runtime error:", "WARNING: ThreadSanitizer")
-
-    def sanitizer_report(self):
-        """The sanitizer report in stderr (from its first line), or None."""
-        err = self.stderr()
-        at = [err.find(m) for m in self.SANITIZER_MARKS if m in err]
-        if not at:
-            return None
-        start = err.rfind("\n", 0, min(at)) + 1
-        return err[start:start + 6000]
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def _reap(self):
-        with _live_lock:
-            _live.discard(self.proc)
-        if self._errpath:
-            self._errs.append(self._current_err())
-            self._errf.close()
-            os.unlink(self._errpath)
-            self._errpath = None
-
     def stop(self, timeout=10.0, keep_spool=False):
         """SIGTERM, wait up to timeout, then SIGKILL. Returns the exit code
         (negative: killed by that signal). Idempotent. Removes the spool
@@ -305,22 +335,6 @@ class Gateway:
             _spools.discard(self.spool_dir)
         if not os.environ.get("IDEM_E2E_KEEP"):
             shutil.rmtree(self.spool_dir, True)
-
-    def kill(self):
-        """SIGKILL, as a crash would. Returns the exit code."""
-        if self.proc is None or self._errpath is None:
-            return self.proc.returncode if self.proc else None
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        self._reap()
-        return self.proc.returncode
-
-    def wait_exit(self, timeout):
-        """Wait for the process to exit on its own; return its code."""
-        rc = self.proc.wait(timeout)
-        self._reap()
-        return rc
 
     def restart(self, timeout=15.0):
         """Start again with the same flags and ports (after stop or kill)."""

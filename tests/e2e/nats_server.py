@@ -18,12 +18,9 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import tempfile
 
-from harness import free_port, terminate, wait_for
+from server_process import ServerProcess
 
 
 def nats_server_bin():
@@ -34,12 +31,8 @@ def nats_server_bin():
     raise RuntimeError("nats-server not found (apt-get install nats-server, or set NATS_SERVER)")
 
 
-class NatsServer:
-    def __init__(self):
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="idem-nats-")
-        self.proc = None
-        self._log = os.path.join(self.dir, "nats.log")
+class NatsServer(ServerProcess):
+    name = "nats"
 
     @property
     def url(self):
@@ -48,48 +41,10 @@ class NatsServer:
     def start(self, timeout=15.0):
         if self.alive():
             return self
-        self.proc = subprocess.Popen(
-            [nats_server_bin(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
-             "-sd", os.path.join(self.dir, "js"), "-l", self._log],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError("nats-server exited %d:\n%s" % (self.proc.returncode, self.log()))
-            try:
-                NatsClient(self.port).js("INFO", timeout=1.0)
-                return True
-            except (OSError, RuntimeError, TimeoutError):
-                return False
-
-        wait_for(ready, timeout, interval=0.05, what="nats-server JetStream")
-        return self
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self):
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(10)
-
-    def stop(self):
-        if self.alive():
-            terminate(self.proc)
-
-    def cleanup(self):
-        self.stop()
-        if not os.environ.get("IDEM_E2E_KEEP"):
-            shutil.rmtree(self.dir, True)
-
-    def log(self):
-        try:
-            with open(self._log, "rb") as f:
-                return f.read().decode("utf-8", "replace")[-3000:]
-        except OSError:
-            return ""
+        self.spawn([nats_server_bin(), "-js", "-a", "127.0.0.1", "-p", str(self.port),
+                    "-sd", os.path.join(self.dir, "js"), "-l", self._log])
+        return self.wait_ready(lambda: NatsClient(self.port).js("INFO", timeout=1.0) is not None,
+                               timeout)
 
 
 class NatsClient:

@@ -21,21 +21,21 @@ import signal
 import socket
 import struct
 import subprocess
-import tempfile
 
-from harness import free_port, wait_for
+from harness import free_port
+from server_process import ServerProcess
 
 RMQ_BIN = "/usr/lib/rabbitmq/bin"
 
 
-class RabbitServer:
+class RabbitServer(ServerProcess):
+    name = "rabbitmq"
+
     def __init__(self):
-        self.port = free_port()
+        super().__init__()
         self.dist_port = free_port()
         self.epmd_port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="idem-rabbit-")
         self.node = "idemtest%d@localhost" % self.port
-        self.proc = None
         with open(os.path.join(self.dir, "rabbitmq.conf"), "w") as f:
             f.write("loopback_users = none\nlisteners.tcp.default = 127.0.0.1:%d\n" % self.port)
         with open(os.path.join(self.dir, "enabled_plugins"), "w") as f:
@@ -63,24 +63,8 @@ class RabbitServer:
     def start(self, timeout=90.0):
         if self.alive():
             return self
-        self.proc = subprocess.Popen([os.path.join(RMQ_BIN, "rabbitmq-server")], env=self.env(),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError("rabbitmq-server exited %d" % self.proc.returncode)
-            try:
-                AmqpClient(self.port).close()
-                return True
-            except (OSError, RuntimeError):
-                return False
-
-        wait_for(ready, timeout, interval=0.2, what="rabbitmq-server")
-        return self
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        self.spawn([os.path.join(RMQ_BIN, "rabbitmq-server")], env=self.env())
+        return self.wait_ready(lambda: AmqpClient(self.port).close() or True, timeout, interval=0.2)
 
     def kill(self):
         """SIGKILL the node (the shell, beam and its children: one process group)."""

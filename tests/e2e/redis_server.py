@@ -19,12 +19,9 @@ PATH, /usr/bin, /usr/sbin.
 
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import tempfile
 
-from harness import free_port, terminate, wait_for
+from server_process import ServerProcess
 
 
 def redis_server_bin():
@@ -89,14 +86,13 @@ class _Reader:
         raise ValueError("bad reply %r" % line)
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
+    name = "redis"
+
     def __init__(self, aof=False, port=None, extra=()):
+        super().__init__(port)
         self.aof = aof
-        self.port = port or free_port()
         self.extra = list(extra)
-        self.dir = tempfile.mkdtemp(prefix="idem-redis-")
-        self.proc = None
-        self._log = os.path.join(self.dir, "redis.log")
 
     @property
     def uri(self):
@@ -113,53 +109,12 @@ class RedisServer:
         return a + self.extra
 
     def start(self, timeout=10.0):
-        """Start (or start again, same port and dir) and wait for PING."""
+        """Start (or start again, same port and dir) and wait for PING (a
+        server still loading its AOF answers an error: not yet)."""
         if self.alive():
             return self
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError("redis-server exited %d:\n%s" % (self.proc.returncode, self.log()))
-            try:
-                return self.command("PING") == "PONG"
-            except (OSError, RuntimeError):
-                return False  # not accepting yet, or still loading the AOF
-
-        try:
-            wait_for(ready, timeout, interval=0.02, what="redis-server PING")
-        except TimeoutError:
-            self.kill()
-            raise RuntimeError("redis-server not ready after %.0fs:\n%s" % (timeout, self.log())) from None
-        return self
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self):
-        """SIGKILL, as a crash or an OOM kill would."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(10)
-
-    def stop(self, timeout=10.0):
-        if self.alive():
-            terminate(self.proc, timeout)
-
-    def cleanup(self):
-        self.stop()
-        if not os.environ.get("IDEM_E2E_KEEP"):
-            shutil.rmtree(self.dir, True)
-
-    def log(self):
-        try:
-            with open(self._log, "rb") as f:
-                return f.read().decode("utf-8", "replace")[-3000:]
-        except OSError:
-            return ""
+        self.spawn(self.argv())
+        return self.wait_ready(lambda: self.command("PING") == "PONG", timeout, interval=0.02)
 
     def command(self, *args, timeout=2.0):
         """Send one command on a fresh connection and return its reply."""

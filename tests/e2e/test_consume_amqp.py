@@ -8,7 +8,6 @@ answer published to reply_to (also on replay), SIGTERM, a bad URI.
 import itertools
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +35,7 @@ class AmqpCase(BrokerCase):
         cls.server.cleanup()
 
     def start_broker(self):
+        self.broker_server = self.server
         self.queue = "orders-%d" % next(_queues)
         self._dead = []
         if not self.server.alive():
@@ -43,17 +43,6 @@ class AmqpCase(BrokerCase):
         c = AmqpClient(self.server.port)
         c.declare(self.queue)
         c.close()
-
-    def stop_broker(self):
-        self.server.kill()
-
-    def start_broker_again(self):
-        self.server.start()
-
-    def restart_broker(self, outage):
-        self.server.kill()
-        time.sleep(outage)  # the outage (not a wait for a condition)
-        self.server.start()
 
     def from_uri(self, stream=STREAM):
         return "%s?queue=%s" % (self.server.url, self.queue)

@@ -7,7 +7,6 @@ start, and a bad URI.
 
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,22 +29,11 @@ class NatsCase(BrokerCase):
     no_key_reason = "no header 'Order-Id'"
 
     def start_broker(self):
-        self.ns = NatsServer().start()
+        self.ns = self.broker_server = NatsServer().start()
         self.addCleanup(self.ns.cleanup)
         self.nc = NatsClient(self.ns.port)
         self.nc.js("STREAM.CREATE." + JS_STREAM, {"name": JS_STREAM, "subjects": [STREAM],
                                                   "storage": "file"})
-
-    def stop_broker(self):
-        self.ns.kill()
-
-    def start_broker_again(self):
-        self.ns.start()
-
-    def restart_broker(self, outage):
-        self.ns.kill()
-        time.sleep(outage)  # the outage (not a wait for a condition)
-        self.ns.start()
 
     def from_uri(self, stream=STREAM):
         return "%s?stream=%s&consumer=%s" % (self.ns.url, JS_STREAM, CONSUMER)

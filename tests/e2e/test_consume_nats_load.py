@@ -6,20 +6,14 @@ killed and restarted mid-run; the store's redis-server killed and restarted
 mid-run. IDEM_CONSUME_LOAD_KEYS=N changes the size.
 """
 
-import os
-import sys
-import unittest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from consume_cases import LoadTests  # noqa: E402
-from test_consume_nats import NatsCase  # noqa: E402
+from consume_cases import LoadTests
+from harness import main
+from test_consume_nats import NatsCase
 
 
 class Load(NatsCase, LoadTests):
-    load_key_field = "message_id"
-    load_key_args = []
+    pass
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    main()

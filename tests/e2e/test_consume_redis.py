@@ -8,7 +8,6 @@ flags, and the record space shared with serve.
 import hashlib
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -25,20 +24,9 @@ class ConsumeCase(BrokerCase):
     """The Redis Streams side of consume_cases' broker interface."""
 
     def start_broker(self):
-        self.redis = RedisServer(aof=True).start()
+        self.redis = self.broker_server = RedisServer(aof=True).start()
         self.addCleanup(self.redis.cleanup)
         self.r = RedisClient(self.redis.port)
-
-    def stop_broker(self):
-        self.redis.kill()
-
-    def start_broker_again(self):
-        self.redis.start()
-
-    def restart_broker(self, outage):
-        self.redis.kill()
-        time.sleep(outage)  # the outage (not a wait for a condition)
-        self.redis.start()
 
     def from_uri(self, stream=STREAM):
         return "redis://127.0.0.1:%d?stream=%s&group=%s" % (self.redis.port, stream, GROUP)

@@ -9,20 +9,14 @@ every key having reached the handler as a success; where no consumer died,
 exactly once. IDEM_CONSUME_LOAD_KEYS=N changes the size.
 """
 
-import os
-import sys
-import unittest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from consume_cases import LoadTests  # noqa: E402
-from test_consume_redis import ConsumeCase  # noqa: E402
+from consume_cases import LoadTests
+from harness import main
+from test_consume_redis import ConsumeCase
 
 
 class Load(ConsumeCase, LoadTests):
-    load_key_field = "message_id"
-    load_key_args = []
+    pass
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    main()
