@@ -6,6 +6,29 @@
 #   trap_cleanup                   on exit: stop_server, remove $tmp; INT exits 130, TERM 143
 #   run_substituted PH VAL CMD...  run CMD with every PH in its arguments
 #                                  replaced by VAL; returns CMD's status
+#   need_command SCRIPT PH NARGS   usage and exit 2 when the script got no CMD
+#   stop_pid PID SIG TENTHS        send SIG, wait up to TENTHS/10 s for PID to
+#                                  go, then SIGKILL
+
+need_command() {
+  if [ "$3" -lt 1 ]; then
+    echo "usage: $1 CMD [ARG...]  ($2 in ARGs is replaced)" >&2
+    exit 2
+  fi
+}
+
+stop_pid() {
+  kill -"$2" "$1" 2>/dev/null || return 0
+  _i=0
+  while kill -0 "$1" 2>/dev/null; do
+    _i=$((_i + 1))
+    if [ $_i -gt "$3" ]; then
+      kill -KILL "$1" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1 # a poll interval: we leave as soon as it is gone
+  done
+}
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

@@ -22,10 +22,7 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 
-if [ $# -lt 1 ]; then
-  echo "usage: with-postgres.sh CMD [ARG...]  ({PG_URI} in ARGs is replaced)" >&2
-  exit 2
-fi
+need_command with-postgres.sh "{PG_URI}" $#
 
 bindir=${PG_BINDIR:-}
 if [ -z "$bindir" ]; then
@@ -57,17 +54,7 @@ postmaster_pid() {
 stop_server() {
   pid=$(postmaster_pid)
   [ -n "$pid" ] || return 0
-  kill -INT "$pid" 2>/dev/null || return 0
-  i=0
-  while kill -0 "$pid" 2>/dev/null; do
-    i=$((i + 1))
-    if [ $i -gt 300 ]; then   # 30 s: give up waiting, kill it
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    # poll with a short timeout; not a fixed wait: we leave as soon as it is gone
-    sleep 0.1
-  done
+  stop_pid "$pid" INT 300 # a fast shutdown; 30 s, then SIGKILL
 }
 
 trap_cleanup

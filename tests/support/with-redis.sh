@@ -17,10 +17,7 @@
 set -eu
 . "$(dirname "$0")/lib.sh"
 
-if [ $# -lt 1 ]; then
-  echo "usage: with-redis.sh CMD [ARG...]  ({REDIS_URI} in ARGs is replaced)" >&2
-  exit 2
-fi
+need_command with-redis.sh "{REDIS_URI}" $#
 
 server=${REDIS_SERVER:-}
 if [ -z "$server" ]; then
@@ -40,16 +37,7 @@ pid=""
 
 stop_server() {
   [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null || { pid=""; return 0; }
-  i=0
-  while kill -0 "$pid" 2>/dev/null; do
-    i=$((i + 1))
-    if [ $i -gt 100 ]; then # 10 s: give up waiting, kill it
-      kill -KILL "$pid" 2>/dev/null || true
-      break
-    fi
-    sleep 0.1 # a poll interval: we leave as soon as it is gone
-  done
+  stop_pid "$pid" TERM 100 # 10 s, then SIGKILL
   wait "$pid" 2>/dev/null || true
   pid=""
 }

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 /* The gateway's sources are part of the idem binary, not of libidem: compile
  * the pieces under test into this test. */
 #include "http/access_log.c"
@@ -70,11 +72,6 @@ static void test_hostile_bytes_stay_json(void **state) {
   free(s);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_field),
-      cmocka_unit_test(test_nulls),
-      cmocka_unit_test(test_hostile_bytes_stay_json),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_every_field),
+           cmocka_unit_test(test_nulls),
+           cmocka_unit_test(test_hostile_bytes_stay_json))

@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "store/backoff.h"
 
 /* A wait drawn at step s lies in [3s/4, 3s/4 + s/2]: 75%..125%. */
@@ -91,14 +93,9 @@ static void a_zero_seed_still_jitters(void **state) {
   assert_true(differ > 0);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(doubles_from_min_to_max),
-      cmocka_unit_test(every_wait_stays_within_its_bounds),
-      cmocka_unit_test(the_jitter_spreads_over_its_range),
-      cmocka_unit_test(other_seeds_draw_other_waits),
-      cmocka_unit_test(reset_starts_again_from_min),
-      cmocka_unit_test(a_zero_seed_still_jitters),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(doubles_from_min_to_max),
+           cmocka_unit_test(every_wait_stays_within_its_bounds),
+           cmocka_unit_test(the_jitter_spreads_over_its_range),
+           cmocka_unit_test(other_seeds_draw_other_waits),
+           cmocka_unit_test(reset_starts_again_from_min),
+           cmocka_unit_test(a_zero_seed_still_jitters))

@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 
 static idem_record sample(void) {
@@ -121,13 +123,8 @@ static void copy_is_deep(void **state) {
   idem_record_clear(&copy); /* twice is harmless */
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(round_trip),
-      cmocka_unit_test(empty_response_decodes_to_null_parts),
-      cmocka_unit_test(every_truncation_is_refused),
-      cmocka_unit_test(damaged_fields_are_refused),
-      cmocka_unit_test(copy_is_deep),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(round_trip),
+           cmocka_unit_test(empty_response_decodes_to_null_parts),
+           cmocka_unit_test(every_truncation_is_refused),
+           cmocka_unit_test(damaged_fields_are_refused),
+           cmocka_unit_test(copy_is_deep))

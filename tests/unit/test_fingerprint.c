@@ -9,6 +9,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 
 typedef uint8_t fp_t[IDEM_FINGERPRINT_LEN];
@@ -171,16 +173,11 @@ static void test_arguments(void **state) {
   assert_int_equal(idem_fingerprint("POST", "/", NULL, 0, 0, fp), 0);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_known_answers),
-      cmocka_unit_test(test_field_boundaries),
-      cmocka_unit_test(test_each_field_counts),
-      cmocka_unit_test(test_binary_body),
-      cmocka_unit_test(test_canonical_ignores_layout),
-      cmocka_unit_test(test_canonical_keeps_values),
-      cmocka_unit_test(test_canonical_rejects_non_json),
-      cmocka_unit_test(test_arguments),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_known_answers),
+           cmocka_unit_test(test_field_boundaries),
+           cmocka_unit_test(test_each_field_counts),
+           cmocka_unit_test(test_binary_body),
+           cmocka_unit_test(test_canonical_ignores_layout),
+           cmocka_unit_test(test_canonical_keeps_values),
+           cmocka_unit_test(test_canonical_rejects_non_json),
+           cmocka_unit_test(test_arguments))

@@ -9,6 +9,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 
 typedef struct {
@@ -223,14 +225,9 @@ static void test_many_members(void **state) {
   free(in);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_valid),
-      cmocka_unit_test(test_invalid),
-      cmocka_unit_test(test_embedded_nul),
-      cmocka_unit_test(test_arguments),
-      cmocka_unit_test(test_depth_limit),
-      cmocka_unit_test(test_many_members),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_valid),
+           cmocka_unit_test(test_invalid),
+           cmocka_unit_test(test_embedded_nul),
+           cmocka_unit_test(test_arguments),
+           cmocka_unit_test(test_depth_limit),
+           cmocka_unit_test(test_many_members))

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "core/json_pointer.h"
 #include "idem/idem.h"
 
@@ -91,11 +93,6 @@ static void refusals(void **state) {
   assert_false(json_pointer_valid("a", 1));
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(rfc_examples),
-      cmocka_unit_test(values_and_escapes),
-      cmocka_unit_test(refusals),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(rfc_examples),
+           cmocka_unit_test(values_and_escapes),
+           cmocka_unit_test(refusals))

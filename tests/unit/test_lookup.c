@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "store/lookup.h"
 
 static void set(idem_addr_text *addrs, const char *const *ips, int n) {
@@ -116,14 +118,9 @@ static void only_the_lookups_addresses_come_out(void **state) {
   assert_order(a, want, 2);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(nothing_slow_keeps_the_lookup_order),
-      cmocka_unit_test(an_address_that_timed_out_goes_last),
-      cmocka_unit_test(two_dead_addresses_do_not_hide_a_third),
-      cmocka_unit_test(a_timeout_again_moves_it_behind_the_others),
-      cmocka_unit_test(a_full_list_forgets_the_oldest),
-      cmocka_unit_test(only_the_lookups_addresses_come_out),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(nothing_slow_keeps_the_lookup_order),
+           cmocka_unit_test(an_address_that_timed_out_goes_last),
+           cmocka_unit_test(two_dead_addresses_do_not_hide_a_third),
+           cmocka_unit_test(a_timeout_again_moves_it_behind_the_others),
+           cmocka_unit_test(a_full_list_forgets_the_oldest),
+           cmocka_unit_test(only_the_lookups_addresses_come_out))

@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "store/postgres.h"
 
 static int parse(const char *conninfo, idem_pg_hosts *h) { return idem_pg_hosts_parse(conninfo, h); }
@@ -135,13 +137,8 @@ static void at_most_idem_pg_addrs_max_pairs(void **state) {
   idem_pg_hosts_free(&h);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(one_name_and_a_list_are_taken_over),
-      cmocka_unit_test(what_libpq_keeps),
-      cmocka_unit_test(lists_pair_every_address_with_its_host_and_port),
-      cmocka_unit_test(one_port_for_all_gives_no_port_list),
-      cmocka_unit_test(at_most_idem_pg_addrs_max_pairs),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(one_name_and_a_list_are_taken_over),
+           cmocka_unit_test(what_libpq_keeps),
+           cmocka_unit_test(lists_pair_every_address_with_its_host_and_port),
+           cmocka_unit_test(one_port_for_all_gives_no_port_list),
+           cmocka_unit_test(at_most_idem_pg_addrs_max_pairs))

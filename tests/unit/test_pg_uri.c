@@ -9,6 +9,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "store/postgres.h"
 
 static void parse_ok(const char *uri, const char *conninfo, int migrate, int pool, int batch,
@@ -66,11 +68,6 @@ static void messages_are_one_line(void **state) {
   free(m);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(options_are_taken_out),
-      cmocka_unit_test(bad_options_are_refused),
-      cmocka_unit_test(messages_are_one_line),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(options_are_taken_out),
+           cmocka_unit_test(bad_options_are_refused),
+           cmocka_unit_test(messages_are_one_line))

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 #include "store/redis.h"
 
@@ -225,16 +227,11 @@ static void script_sha_is_stable(void **state) {
   assert_int_equal(strlen(idem_redis_script), idem_redis_script_len);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(host_and_port),
-      cmocka_unit_test(user_and_password),
-      cmocka_unit_test(options),
-      cmocka_unit_test(malformed_uris_are_refused),
-      cmocka_unit_test(record_names_round_trip),
-      cmocka_unit_test(foreign_names_are_not_split),
-      cmocka_unit_test(match_patterns_escape_globs),
-      cmocka_unit_test(script_sha_is_stable),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(host_and_port),
+           cmocka_unit_test(user_and_password),
+           cmocka_unit_test(options),
+           cmocka_unit_test(malformed_uris_are_refused),
+           cmocka_unit_test(record_names_round_trip),
+           cmocka_unit_test(foreign_names_are_not_split),
+           cmocka_unit_test(match_patterns_escape_globs),
+           cmocka_unit_test(script_sha_is_stable))

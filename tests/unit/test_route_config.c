@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "http/config.c"
 
 static char *write_file(const char *text) {
@@ -189,12 +191,7 @@ static void test_file_alone(void **state) {
   unlink(empty);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_values_as_flag_text),
-      cmocka_unit_test(test_errors_name_the_line),
-      cmocka_unit_test(test_flags_over_file_routes_over_defaults),
-      cmocka_unit_test(test_file_alone),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_values_as_flag_text),
+           cmocka_unit_test(test_errors_name_the_line),
+           cmocka_unit_test(test_flags_over_file_routes_over_defaults),
+           cmocka_unit_test(test_file_alone))

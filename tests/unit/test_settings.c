@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "core/settings.h"
 
 typedef struct {
@@ -157,13 +159,8 @@ static void test_usage_text(void **state) {
   free(text);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_defaults),
-      cmocka_unit_test(test_every_kind_and_form),
-      cmocka_unit_test(test_refusals_name_the_flag_and_form),
-      cmocka_unit_test(test_help_and_set),
-      cmocka_unit_test(test_usage_text),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_defaults),
+           cmocka_unit_test(test_every_kind_and_form),
+           cmocka_unit_test(test_refusals_name_the_flag_and_form),
+           cmocka_unit_test(test_help_and_set),
+           cmocka_unit_test(test_usage_text))

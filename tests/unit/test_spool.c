@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "http/config.c"
 #include "http/metrics.c"
 #include "http/msg.c"
@@ -279,20 +281,15 @@ static void test_entry_decode_refuses_garbage(void **state) {
   assert_int_equal(entry_decode(bad, ENTRY_HEAD, &e), IDEM_ECORRUPT);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_put_then_find, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_release_is_not_replayed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_drain_completes_and_releases, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stale_entry_is_dropped, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_no_store_keeps_entries, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_newer_put_replaces, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_remove_only_same_fence, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_reopen_and_other_store, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_open_refuses_a_file, setup, teardown),
-      cmocka_unit_test(test_store_identity),
-      cmocka_unit_test_setup_teardown(test_other_options_same_store, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_entry_decode_refuses_garbage, setup, teardown),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test_setup_teardown(test_put_then_find, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_release_is_not_replayed, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_drain_completes_and_releases, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_stale_entry_is_dropped, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_no_store_keeps_entries, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_newer_put_replaces, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_remove_only_same_fence, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_reopen_and_other_store, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_open_refuses_a_file, setup, teardown),
+           cmocka_unit_test(test_store_identity),
+           cmocka_unit_test_setup_teardown(test_other_options_same_store, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_entry_decode_refuses_garbage, setup, teardown))

@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 
 #define NOW 1000000
@@ -334,16 +336,11 @@ static void invariants_hold_everywhere(void **state) {
         }
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(claim_follows_the_table),
-      cmocka_unit_test(claim_writes_a_fresh_processing_record),
-      cmocka_unit_test(retention_outlives_the_lease_by_a_lease),
-      cmocka_unit_test(huge_durations_saturate),
-      cmocka_unit_test(endings_follow_the_table),
-      cmocka_unit_test(get_sees_only_live_records),
-      cmocka_unit_test(other_operations_are_not_transitions),
-      cmocka_unit_test(invariants_hold_everywhere),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(claim_follows_the_table),
+           cmocka_unit_test(claim_writes_a_fresh_processing_record),
+           cmocka_unit_test(retention_outlives_the_lease_by_a_lease),
+           cmocka_unit_test(huge_durations_saturate),
+           cmocka_unit_test(endings_follow_the_table),
+           cmocka_unit_test(get_sees_only_live_records),
+           cmocka_unit_test(other_operations_are_not_transitions),
+           cmocka_unit_test(invariants_hold_everywhere))

@@ -7,6 +7,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "store/uri_options.h"
 
 typedef struct {
@@ -70,13 +72,8 @@ static void the_text_points_into_the_query(void **state) {
   idem_uri_options_free(&o);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(splits_at_ampersands_in_order),
-      cmocka_unit_test(the_first_equals_sign_splits),
-      cmocka_unit_test(an_item_without_equals_has_no_value),
-      cmocka_unit_test(empty_items_are_skipped),
-      cmocka_unit_test(the_text_points_into_the_query),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(splits_at_ampersands_in_order),
+           cmocka_unit_test(the_first_equals_sign_splits),
+           cmocka_unit_test(an_item_without_equals_has_no_value),
+           cmocka_unit_test(empty_items_are_skipped),
+           cmocka_unit_test(the_text_points_into_the_query))
