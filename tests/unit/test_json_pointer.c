@@ -19,6 +19,14 @@ static const char rfc_doc[] =
     "{\"foo\": [\"bar\", \"baz\"], \"\": 0, \"a/b\": 1, \"c%d\": 2, \"e^f\": 3,"
     " \"g|h\": 4, \"i\\\\j\": 5, \"k\\\"l\": 6, \" \": 7, \"m~n\": 8}";
 
+/* A pointer into a document, and what it must give. */
+struct case_ {
+  const char *doc, *ptr;
+  json_ptr_type type;
+  const char *want;
+  size_t len;
+};
+
 static void expect(const char *doc, const char *ptr, json_ptr_type want_type,
                    const char *want, size_t want_len) {
   char *out = NULL;
@@ -42,35 +50,38 @@ static void expect_err(const char *doc, const char *ptr, int err) {
   assert_null(out);
 }
 
-static void rfc_examples(void **state) {
-  (void)state;
-  expect(rfc_doc, "/foo/0", JSON_PTR_STRING, "bar", 3);
-  expect(rfc_doc, "/foo/1", JSON_PTR_STRING, "baz", 3);
-  expect(rfc_doc, "/foo", JSON_PTR_ARRAY, "[\"bar\", \"baz\"]", 14);
-  expect(rfc_doc, "/", JSON_PTR_NUMBER, "0", 1);
-  expect(rfc_doc, "/a~1b", JSON_PTR_NUMBER, "1", 1);
-  expect(rfc_doc, "/c%d", JSON_PTR_NUMBER, "2", 1);
-  expect(rfc_doc, "/i\\j", JSON_PTR_NUMBER, "5", 1);
-  expect(rfc_doc, "/k\"l", JSON_PTR_NUMBER, "6", 1);
-  expect(rfc_doc, "/ ", JSON_PTR_NUMBER, "7", 1);
-  expect(rfc_doc, "/m~0n", JSON_PTR_NUMBER, "8", 1);
-  expect(rfc_doc, "", JSON_PTR_OBJECT, rfc_doc, strlen(rfc_doc));
-}
+static const char order_doc[] = " {\"order\": {\"id\": \"o-\\u00e9\\ud83d\\ude00\\n\", \"n\": -1.5e3,"
+    " \"t\": true, \"z\": null, \"list\": [[1], {\"x\": \"y\"}, 10]},"
+    " \"\\u0061\": \"A\"} ";
 
-static void values_and_escapes(void **state) {
+/* RFC 6901's examples, then values of every kind and escapes in names and
+ * strings. */
+static void pointers_find_their_values(void **state) {
   (void)state;
-  const char *doc = " {\"order\": {\"id\": \"o-\\u00e9\\ud83d\\ude00\\n\", \"n\": -1.5e3,"
-                    " \"t\": true, \"z\": null, \"list\": [[1], {\"x\": \"y\"}, 10]},"
-                    " \"\\u0061\": \"A\"} ";
-  expect(doc, "/order/id", JSON_PTR_STRING, "o-\xc3\xa9\xf0\x9f\x98\x80\n", 9);
-  expect(doc, "/order/n", JSON_PTR_NUMBER, "-1.5e3", 6);
-  expect(doc, "/order/t", JSON_PTR_LITERAL, "true", 4);
-  expect(doc, "/order/z", JSON_PTR_LITERAL, "null", 4);
-  expect(doc, "/order/list/1/x", JSON_PTR_STRING, "y", 1);
-  expect(doc, "/order/list/2", JSON_PTR_NUMBER, "10", 2);
-  expect(doc, "/order/list/0", JSON_PTR_ARRAY, "[1]", 3);
-  expect(doc, "/a", JSON_PTR_STRING, "A", 1); /* names compare decoded */
-  expect("\"s\\u0000t\"", "", JSON_PTR_STRING, "s\0t", 3);
+  const struct case_ cases[] = {
+      {rfc_doc, "/foo/0", JSON_PTR_STRING, "bar", 3},
+      {rfc_doc, "/foo/1", JSON_PTR_STRING, "baz", 3},
+      {rfc_doc, "/foo", JSON_PTR_ARRAY, "[\"bar\", \"baz\"]", 14},
+      {rfc_doc, "/", JSON_PTR_NUMBER, "0", 1},
+      {rfc_doc, "/a~1b", JSON_PTR_NUMBER, "1", 1},
+      {rfc_doc, "/c%d", JSON_PTR_NUMBER, "2", 1},
+      {rfc_doc, "/i\\j", JSON_PTR_NUMBER, "5", 1},
+      {rfc_doc, "/k\"l", JSON_PTR_NUMBER, "6", 1},
+      {rfc_doc, "/ ", JSON_PTR_NUMBER, "7", 1},
+      {rfc_doc, "/m~0n", JSON_PTR_NUMBER, "8", 1},
+      {rfc_doc, "", JSON_PTR_OBJECT, rfc_doc, strlen(rfc_doc)},
+      {order_doc, "/order/id", JSON_PTR_STRING, "o-\xc3\xa9\xf0\x9f\x98\x80\n", 9},
+      {order_doc, "/order/n", JSON_PTR_NUMBER, "-1.5e3", 6},
+      {order_doc, "/order/t", JSON_PTR_LITERAL, "true", 4},
+      {order_doc, "/order/z", JSON_PTR_LITERAL, "null", 4},
+      {order_doc, "/order/list/1/x", JSON_PTR_STRING, "y", 1},
+      {order_doc, "/order/list/2", JSON_PTR_NUMBER, "10", 2},
+      {order_doc, "/order/list/0", JSON_PTR_ARRAY, "[1]", 3},
+      {order_doc, "/a", JSON_PTR_STRING, "A", 1},  /* names compare decoded */
+      {"\"s\\u0000t\"", "", JSON_PTR_STRING, "s\0t", 3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    expect(cases[i].doc, cases[i].ptr, cases[i].type, cases[i].want, cases[i].len);
 }
 
 static void refusals(void **state) {
@@ -93,6 +104,5 @@ static void refusals(void **state) {
   assert_false(json_pointer_valid("a", 1));
 }
 
-UNIT_TESTS(cmocka_unit_test(rfc_examples),
-           cmocka_unit_test(values_and_escapes),
+UNIT_TESTS(cmocka_unit_test(pointers_find_their_values),
            cmocka_unit_test(refusals))

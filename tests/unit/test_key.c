@@ -69,17 +69,13 @@ static void stored_key_validity(void **state) {
 
 static void durations(void **state) {
   (void)state;
+  static const char *const good[] = {"500ms", "30s", "5m", "24h", "7d"};
+  static const int64_t good_ms[] = {500, 30000, 300000, 86400000, 604800000};
   int64_t ms;
-  assert_int_equal(idem_parse_duration("500ms", &ms), 0);
-  assert_int_equal(ms, 500);
-  assert_int_equal(idem_parse_duration("30s", &ms), 0);
-  assert_int_equal(ms, 30000);
-  assert_int_equal(idem_parse_duration("5m", &ms), 0);
-  assert_int_equal(ms, 300000);
-  assert_int_equal(idem_parse_duration("24h", &ms), 0);
-  assert_int_equal(ms, 86400000);
-  assert_int_equal(idem_parse_duration("7d", &ms), 0);
-  assert_int_equal(ms, 604800000);
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    assert_int_equal(idem_parse_duration(good[i], &ms), 0);
+    assert_int_equal(ms, good_ms[i]);
+  }
   const char *bad[] = {"", "s", "10", "0s", "-5s", "1.5s", "10 s", "10sec", "99999999999999d",
                        "18446744073709551616ms"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -90,17 +86,16 @@ static void durations(void **state) {
 
 static void sizes(void **state) {
   (void)state;
+  static const struct {
+    const char *text;
+    uint64_t bytes;
+  } good[] = {{"512", 512}, {"64KiB", 65536}, {"1MiB", 1048576}, {"1MB", 1000000},
+              {"2G", 2147483648u}};
   uint64_t b;
-  assert_int_equal(idem_parse_size("512", &b), 0);
-  assert_int_equal(b, 512);
-  assert_int_equal(idem_parse_size("64KiB", &b), 0);
-  assert_int_equal(b, 65536);
-  assert_int_equal(idem_parse_size("1MiB", &b), 0);
-  assert_int_equal(b, 1048576);
-  assert_int_equal(idem_parse_size("1MB", &b), 0);
-  assert_int_equal(b, 1000000);
-  assert_int_equal(idem_parse_size("2G", &b), 0);
-  assert_int_equal(b, 2147483648u);
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    assert_int_equal(idem_parse_size(good[i].text, &b), 0);
+    assert_int_equal(b, good[i].bytes);
+  }
   const char *bad[] = {"", "KiB", "1.5MiB", "-1", "1 MiB", "1mib", "1XB", "99999999999TiB"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     if (idem_parse_size(bad[i], &b) != IDEM_EINVAL)
