@@ -487,6 +487,21 @@ class RawConn:
         return False
 
 
+def request_in_background(gw, method, target, **kw):
+    """gw.request(method, target, **kw) on a thread of its own: (thread,
+    res), res["r"] the response or res["err"] what it raised."""
+    res = {}
+
+    def run():
+        try:
+            res["r"] = gw.request(method, target, **kw)
+        except Exception as e:  # reported by the caller
+            res["err"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, res
+
+
 def request_bytes(method, target, body=b"", headers=None, key=None):
     """Serialize one HTTP/1.1 request with Content-Length framing."""
     h = [("Host", "127.0.0.1")]

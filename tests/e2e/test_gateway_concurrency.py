@@ -5,7 +5,7 @@ replay; 100 concurrent duplicates run the upstream exactly once."""
 import threading
 import time
 
-from harness import GatewayTestCase, main
+from harness import GatewayTestCase, main, request_in_background
 
 N = 100
 
@@ -14,18 +14,10 @@ class Concurrency(GatewayTestCase):
     def setUp(self):
         self.up = self.start_upstream()
 
-    def _in_background(self, gw, key, delay_ms, body=b"c"):
-        res = {}
-
-        def run():
-            try:
-                res["r"] = gw.request("POST", "/c", body=body, key=key,
-                                      headers={"X-Test-Delay-Ms": str(delay_ms)})
-            except Exception as e:  # reported by the caller
-                res["err"] = e
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        return t, res
+    @staticmethod
+    def _in_background(gw, key, delay_ms, body=b"c"):
+        return request_in_background(gw, "POST", "/c", body=body, key=key,
+                                     headers={"X-Test-Delay-Ms": str(delay_ms)})
 
     def test_409_with_retry_after_while_in_flight(self):
         gw = self.start_gateway(self.up)

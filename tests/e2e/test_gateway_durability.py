@@ -5,7 +5,7 @@ cannot be opened stops `idem serve` at start with a clear error."""
 import os
 import time
 
-from harness import GatewayTestCase, Gateway, main, wait_for
+from harness import GatewayTestCase, Gateway, main, request_in_background, wait_for
 
 
 class Durability(GatewayTestCase):
@@ -83,18 +83,9 @@ class Durability(GatewayTestCase):
     def test_lease_taken_over_after_crash(self):
         d = self.tempdir()
         gw = self.start_gateway(self.up, "--lock-ttl", "2s", store="lmdb:%s/store" % d)
-        import threading
-        res = {}
-
-        def first():
-            try:
-                res["r"] = gw.request("POST", "/crash", body=b"x", key="crash",
-                                      headers={"X-Test-Delay-Ms": "2000"})
-            except Exception as e:
-                res["err"] = e
-        t = threading.Thread(target=first, daemon=True)
         t0 = time.monotonic()
-        t.start()
+        t, res = request_in_background(gw, "POST", "/crash", body=b"x", key="crash",
+                                       headers={"X-Test-Delay-Ms": "2000"})
         self.assertEqual(self.up.wait_count("crash", 1), 1, self.gw_log())
         gw.kill()
         t.join(30)

@@ -8,7 +8,8 @@ import socket
 import threading
 import time
 
-from harness import GatewayTestCase, Gateway, free_port, run_idem, main, wait_for
+from harness import (GatewayTestCase, Gateway, free_port, main, request_in_background, run_idem,
+                     wait_for)
 
 DURATION_FORM = re.compile(r"\d+\s*(ms|s|m|h)\b")
 SIZE_FORM = re.compile(r"\d+\s*(KiB|MiB|GiB|B)\b")
@@ -42,16 +43,8 @@ class Lifecycle(GatewayTestCase):
 
     def test_sigterm_finishes_in_flight_then_exits_0(self):
         gw = self.start_gateway(self.up)
-        res = {}
-
-        def slow():
-            try:
-                res["r"] = gw.request("POST", "/slow", body=b"x", key="term",
-                                      headers={"X-Test-Delay-Ms": "2000"})
-            except Exception as e:
-                res["err"] = e
-        t = threading.Thread(target=slow, daemon=True)
-        t.start()
+        t, res = request_in_background(gw, "POST", "/slow", body=b"x", key="term",
+                                       headers={"X-Test-Delay-Ms": "2000"})
         self.assertEqual(self.up.wait_count("term", 1), 1, self.gw_log())
         gw.proc.send_signal(signal.SIGTERM)
 
