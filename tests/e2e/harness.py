@@ -487,6 +487,18 @@ class RawConn:
         return False
 
 
+def rss_kib(pid):
+    """The resident memory of a process, KiB (0 when it is gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def request_in_background(gw, method, target, **kw):
     """gw.request(method, target, **kw) on a thread of its own: (thread,
     res), res["r"] the response or res["err"] what it raised."""

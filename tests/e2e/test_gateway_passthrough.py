@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from harness import GatewayTestCase, RawConn, request_bytes, main, wait_for
+from harness import GatewayTestCase, RawConn, request_bytes, main, rss_kib, wait_for
 
 
 class PassThrough(GatewayTestCase):
@@ -180,12 +180,7 @@ class PassThrough(GatewayTestCase):
         gw = self.start_gateway(self.up)
         size = 64 * 1024 * 1024
 
-        def rss_kib():
-            with open("/proc/%d/status" % gw.pid) as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        before = rss_kib()
+        before = rss_kib(gw.pid)
         with RawConn(gw.port, timeout=60) as c:
             c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             c.send(request_bytes("GET", "/huge", headers={"X-Test-Id": "huge",
@@ -194,7 +189,7 @@ class PassThrough(GatewayTestCase):
             peak = before
             for _ in range(10):  # 1s of not reading, sampling the gateway's memory
                 time.sleep(0.1)
-                peak = max(peak, rss_kib())
+                peak = max(peak, rss_kib(gw.pid))
             r = c.read_response(timeout=60)
         self.assertEqual(r.status, 200, self.gw_log())
         self.assertEqual(len(r.body), size)

@@ -10,7 +10,7 @@ import random
 import socket
 import time
 
-from harness import GatewayTestCase, main, wait_for
+from harness import GatewayTestCase, main, rss_kib, wait_for
 
 SEED = 20261122
 
@@ -108,13 +108,6 @@ class Robustness(GatewayTestCase):
 
 
 class SteadyMemory(GatewayTestCase):
-    def _rss_kib(self, pid):
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
-
     def test_no_growth_on_paths_that_store_nothing(self):
         # replays, pass-through, 422 and 400 keep no state: after a warm-up,
         # 4000 more of each must not grow the gateway's resident memory
@@ -142,9 +135,9 @@ class SteadyMemory(GatewayTestCase):
         growth = {}
         for name, raw in reqs.items():
             burst(1000, raw)
-            before = self._rss_kib(gw.pid)
+            before = rss_kib(gw.pid)
             burst(4000, raw)
-            growth[name] = self._rss_kib(gw.pid) - before
+            growth[name] = rss_kib(gw.pid) - before
         self.assertTrue(all(g < 2048 for g in growth.values()),
                         "resident memory grew (KiB): %s" % growth)
 

@@ -7,18 +7,10 @@ import re
 import socket
 import time
 
-from harness import GatewayTestCase, RawConn, main, request_bytes, wait_for
+from harness import GatewayTestCase, RawConn, main, request_bytes, rss_kib, wait_for
 
 BIG = 4 * 1024 * 1024
 VERBOSE = os.environ.get("IDEM_E2E_VERBOSE")
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def sanitized(pid):
