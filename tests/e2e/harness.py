@@ -487,6 +487,32 @@ class RawConn:
         return False
 
 
+class LoadClients:
+    """n client threads running self.run(i) until stop(); a subclass writes
+    run and checks self.stopping (an Event) between requests."""
+
+    def __init__(self, n):
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                        for i in range(n)]
+
+    def run(self, i):
+        raise NotImplementedError
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self, timeout=60.0):
+        """Stop and join them: whether every thread ended in time."""
+        self.stopping.set()
+        for t in self.threads:
+            t.join(timeout)
+        return not any(t.is_alive() for t in self.threads)
+
+
 def rss_kib(pid):
     """The resident memory of a process, KiB (0 when it is gone)."""
     try:

@@ -9,7 +9,6 @@ unset; that script hands over IDEM_TEST_PG_STOP and IDEM_TEST_PG_START.
 import os
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -18,19 +17,17 @@ import pg_server  # noqa: E402
 if __name__ == "__main__":
     pg_server.under_postgres(__file__)
 
-from harness import GatewayTestCase, main, wait_for  # noqa: E402
+from harness import GatewayTestCase, LoadClients, main, wait_for  # noqa: E402
 
 
-class Load:
+class Load(LoadClients):
     """Clients sending POSTs with fresh keys until stopped; every answer is
     kept with its time."""
 
     def __init__(self, gw, clients=4):
+        super().__init__(clients)
         self.gw = gw
         self.results = []  # (t, key, status, retry_after)
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(clients)]
 
     def run(self, i):
         n = 0
@@ -44,16 +41,6 @@ class Load:
                 item = (time.monotonic(), key, "error: %s" % e, None)
             with self.lock:
                 self.results.append(item)
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def stop(self):
-        self.stopping.set()
-        for t in self.threads:
-            t.join(30)
 
     def since(self, t0, status=None):
         with self.lock:

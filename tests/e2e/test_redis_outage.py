@@ -10,46 +10,32 @@ Leases are the default 30s, longer than the test: a claim or completion
 whose reply was lost in the crash leaves its key busy (409), never re-run.
 """
 
-import threading
 import time
 
-from harness import GatewayTestCase, main, wait_for
+from harness import GatewayTestCase, LoadClients, main, wait_for
 from redis_server import RedisServer
 
 CLIENTS = 6
 
 
-class Load:
+class Load(LoadClients):
     """CLIENTS threads, each taking fresh keys and retrying a key while the
     gateway answers 503, as a client honouring Retry-After would (faster)."""
 
     def __init__(self, gw):
+        super().__init__(CLIENTS)
         self.gw = gw
-        self.lock = threading.Lock()
         self.next_key = 0
         self.log = []        # (time, key, status, replayed, body, retry_after, ctype)
         self.final = {}      # key -> the response that ended its retries
         self.errors = []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(CLIENTS)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def join(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-        return not any(t.is_alive() for t in self.threads)
 
     def count(self, pred):
         with self.lock:
             return sum(1 for e in self.log if pred(e))
 
-    def run(self):
-        while not self.stop.is_set():
+    def run(self, i):
+        while not self.stopping.is_set():
             with self.lock:
                 key = "out-%d" % self.next_key
                 self.next_key += 1
@@ -60,7 +46,7 @@ class Load:
                 except Exception as e:
                     with self.lock:
                         self.errors.append((key, repr(e)))
-                    if self.stop.wait(0.05):
+                    if self.stopping.wait(0.05):
                         break
                     continue
                 with self.lock:
@@ -71,7 +57,7 @@ class Load:
                     with self.lock:
                         self.final[key] = r
                     break
-                if self.stop.wait(0.05):  # a client would wait Retry-After
+                if self.stopping.wait(0.05):  # a client would wait Retry-After
                     break
 
 
@@ -93,7 +79,7 @@ class RedisOutage(GatewayTestCase):
         gw = self.start_gateway(self.up, "--workers", "2", store=self.redis.uri, admin=True)
         self.assertEqual(gw.admin_request("GET", "/readyz").status, 200, self.ctx())
         load = Load(gw).start()
-        self.addCleanup(load.join)
+        self.addCleanup(load.stop)
         ok = lambda e: e[2] == 200  # noqa: E731
         wait_for(lambda: load.count(ok) >= 40, 30, what="40 answers before the outage")
 
@@ -115,7 +101,7 @@ class RedisOutage(GatewayTestCase):
                  what="40 answers after Redis came back")
         wait_for(lambda: gw.admin_request("GET", "/readyz").status == 200, 30,
                  what="/readyz 200 after Redis came back")
-        self.assertTrue(load.join(), "clients hung\n" + self.ctx(load))
+        self.assertTrue(load.stop(), "clients hung\n" + self.ctx(load))
 
         with load.lock:
             log, final, errors = list(load.log), dict(load.final), list(load.errors)
