@@ -27,7 +27,7 @@ import threading
 import time
 import unittest
 
-from harness import run_idem, wait_for
+from harness import finish_process, run_idem, wait_for
 from consume_harness import Consumer, Handler, _HandlerServer, _H
 
 STREAM = "orders"
@@ -51,16 +51,10 @@ class BrokerCase(unittest.TestCase):
                      store=store or "lmdb:%s/store" % self.tmp,
                      args=self.consumer_args + list(args), admin=admin)
         self.consumers.append(c)
-        self.addCleanup(self._finish, c)
+        self.addCleanup(finish_process, self, c)
         if start:
             c.start()
         return c
-
-    def _finish(self, c):
-        c.stop()
-        rep = c.sanitizer_report()
-        if rep:
-            self.fail("sanitizer report:\n" + rep)
 
     def stop_broker(self):
         self.broker_server.kill()

@@ -189,6 +189,10 @@ class IdemProcess:
         self._errpath = None
         self._errs = []  # stderr of earlier runs (restart)
 
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
     def _spawn(self, kind):
         fd, self._errpath = tempfile.mkstemp(prefix="idem-%s-" % kind, suffix=".err")
         self._errf = os.fdopen(fd, "w+b")
@@ -269,10 +273,6 @@ class Gateway(IdemProcess):
     @property
     def url(self):
         return "http://127.0.0.1:%d" % self.port
-
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
 
     def argv(self):
         a = [idem_bin(), "serve", "--listen", "127.0.0.1:%d" % self.port]
@@ -554,6 +554,15 @@ def request_bytes(method, target, body=b"", headers=None, key=None):
     return out + b"\r\n" + body
 
 
+def finish_process(test, proc):
+    """Stop an IdemProcess at the end of a test; its sanitizer report, if
+    any, fails the test."""
+    proc.stop()
+    rep = proc.sanitizer_report()
+    if rep:
+        test.fail("sanitizer report from %s (pid %s):\n%s" % (proc.argv()[1], proc.pid, rep))
+
+
 class GatewayTestCase(unittest.TestCase):
     """unittest base: start_upstream()/start_gateway() stop what they start."""
 
@@ -573,10 +582,7 @@ class GatewayTestCase(unittest.TestCase):
         return gw
 
     def _finish_gateway(self, gw):
-        gw.stop()
-        rep = gw.sanitizer_report()
-        if rep:
-            self.fail("sanitizer report from idem serve (pid %s):\n%s" % (gw.pid, rep))
+        finish_process(self, gw)
 
     def tempdir(self):
         d = tempfile.mkdtemp(prefix="idem-e2e-")
