@@ -32,31 +32,7 @@ bench_tmp idem-routes
 start_nginx_pair
 write_bench_lua
 
-cat >"$TMP/routes.yaml" <<'YAML'
-routes:
-  - match: {methods: [POST], path: /v1/payments/*}
-    ttl: 7d
-    require_key: true
-    fingerprint: json
-  - match: {path: /v1/orders}
-    key: json:/order_id
-  - match: {path: /v1/charges/**}
-    fingerprint: {json: [/amount, /currency]}
-  - match: {path: /v1/jobs/*/run}
-    store_statuses: [2xx, "500"]
-  - match: {path: /v1/login}
-    replay_headers: {drop: [Set-Cookie]}
-  - match: {path: /v1/transfers/**}
-    mode: shadow
-  - match: {methods: [PUT], path: /v1/items/*}
-    methods: [PUT]
-  - match: {path: /v2/**/refunds}
-    ttl: 30d
-  - match: {path: /internal/**}
-    mode: off
-  - match: {path: /bench/*}
-    wait: 2s
-YAML
+cp "$HERE/routes.yaml" "$TMP/routes.yaml"
 "$IDEM" config check "$TMP/routes.yaml" >/dev/null
 
 # start one gateway: NAME, then extra serve flags
