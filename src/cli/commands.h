@@ -17,10 +17,9 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Parse argv by the settings table t into cfg (its defaults first;
- * positional words go to positional(cfg, ...)). Returns 0; 1 when --help
+ * positional words go to words, or are refused when it is NULL). Returns 0; 1 when --help
  * was printed (usage, the options, usage_end); or 2 after a usage error. */
-int cli_parse(const setting_table *t, void *cfg, int argc, char **argv,
-              int (*positional)(void *arg, const char *word, char *err, size_t errlen),
+int cli_parse(const setting_table *t, void *cfg, int argc, char **argv, settings_words *words,
               const char *usage, const char *usage_end);
 
 /* Open an existing store for CMD (keys, gc), printing why not on failure;

@@ -132,8 +132,7 @@ typedef struct {
   const char *store;
   const char *scope;
   int limit; /* 0: all */
-  const char *words[3];
-  int nwords;
+  settings_words words; /* ACTION [KEY] */
 } keys_args;
 
 static const setting keys_settings[] = {
@@ -147,31 +146,22 @@ static const setting keys_settings[] = {
 static const setting_table keys_table = {"keys", keys_settings,
                                          sizeof keys_settings / sizeof keys_settings[0]};
 
-static int take_word(void *arg, const char *word, char *err, size_t len) {
-  keys_args *a = arg;
-  if (a->nwords == 3) {
-    snprintf(err, len, "too many arguments");
-    return -1;
-  }
-  a->words[a->nwords++] = word;
-  return 0;
-}
-
 /* 0, 1 for --help (printed), or the usage error's exit code */
 static int parse_args(int argc, char **argv, keys_args *a) {
   memset(a, 0, sizeof *a);
-  int rc = cli_parse(&keys_table, a, argc, argv, take_word, usage, NULL);
+  a->words.max = 3;
+  int rc = cli_parse(&keys_table, a, argc, argv, &a->words, usage, NULL);
   if (rc)
     return rc;
-  if (a->nwords == 0)
+  if (a->words.n == 0)
     return cli_usage_error("keys", "missing action: get, delete or list");
-  a->action = a->words[0];
+  a->action = a->words.words[0];
   int is_list = !strcmp(a->action, "list");
   if (!is_list && strcmp(a->action, "get") && strcmp(a->action, "delete"))
     return cli_usage_error("keys", "unknown action '%s' (get, delete, list)", a->action);
-  if (a->nwords > 2)
+  if (a->words.n > 2)
     return cli_usage_error("keys", "too many arguments");
-  a->key = a->nwords == 2 ? a->words[1] : NULL;
+  a->key = a->words.n == 2 ? a->words.words[1] : NULL;
   if (!is_list && !a->key)
     return cli_usage_error("keys", "%s needs a KEY", a->action);
   if (a->key && !idem_key_valid(a->key, strlen(a->key)))

@@ -46,13 +46,13 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   return 2;
 }
 
-int cli_parse(const setting_table *t, void *cfg, int argc, char **argv,
-              int (*positional)(void *arg, const char *word, char *err, size_t errlen),
+int cli_parse(const setting_table *t, void *cfg, int argc, char **argv, settings_words *words,
               const char *usage, const char *usage_end) {
   char err[256];
   int rc = settings_defaults(t, cfg, err, sizeof err);
   if (!rc)
-    rc = settings_parse_argv(t, cfg, argc, argv, positional, cfg, err, sizeof err);
+    rc = settings_parse_argv(t, cfg, argc, argv, words ? settings_take_word : NULL, words, err,
+                             sizeof err);
   if (rc == 1) {
     fputs(usage, stdout);
     settings_usage(t, stdout);

@@ -226,3 +226,11 @@ void settings_usage(const setting_table *t, FILE *out) {
     }
   }
 }
+
+int settings_take_word(void *arg, const char *word, char *err, size_t errlen) {
+  settings_words *w = arg;
+  if (w->n >= w->max || w->n >= SETTINGS_MAX_WORDS)
+    return idem_errf(err, errlen, "too many arguments");
+  w->words[w->n++] = word;
+  return 0;
+}

@@ -69,6 +69,16 @@ int settings_parse_argv(const setting_table *t, void *cfg, int argc, char **argv
                         int (*positional)(void *arg, const char *word, char *err, size_t errlen),
                         void *arg, char *err, size_t errlen);
 
+/* Positional words, for settings_parse_argv's positional callback
+ * (settings_take_word, with the settings_words as its arg): up to max, then
+ * "too many arguments". */
+#define SETTINGS_MAX_WORDS 8
+typedef struct {
+  const char *words[SETTINGS_MAX_WORDS];
+  int n, max; /* max <= SETTINGS_MAX_WORDS */
+} settings_words;
+int settings_take_word(void *words, const char *word, char *err, size_t errlen);
+
 /* The options section of --help: one "  --name FORM   help" entry per row,
  * help lines aligned, "(default X)" appended where the row has one. */
 void settings_usage(const setting_table *t, FILE *out);

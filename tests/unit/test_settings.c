@@ -21,8 +21,7 @@ typedef struct {
   uint64_t size;
   int count;
   char custom[16];
-  const char *words[4];
-  int nwords;
+  settings_words words;
 } cfg_t;
 
 static int parse_upper(void *cfg, const setting *s, const char *v, char *err, size_t len) {
@@ -45,22 +44,14 @@ static const setting rows[] = {
 };
 static const setting_table table = {"test", rows, sizeof rows / sizeof rows[0]};
 
-static int take(void *arg, const char *w, char *err, size_t len) {
-  cfg_t *c = arg;
-  if (c->nwords == 4) {
-    snprintf(err, len, "too many");
-    return -1;
-  }
-  c->words[c->nwords++] = w;
-  return 0;
-}
-
 static char err[256];
 
 static int parse(cfg_t *c, int argc, char **argv) {
   memset(c, 0, sizeof *c);
   assert_int_equal(settings_defaults(&table, c, err, sizeof err), 0);
-  return settings_parse_argv(&table, c, argc, argv, take, c, err, sizeof err);
+  c->words.max = 4;
+  return settings_parse_argv(&table, c, argc, argv, settings_take_word, &c->words, err,
+                             sizeof err);
 }
 #define PARSE(c, ...)                                                                         \
   parse(c, (int)(sizeof((char *[]){"cmd", __VA_ARGS__}) / sizeof(char *)),                   \
@@ -90,9 +81,9 @@ static void test_every_kind_and_form(void **state) {
   assert_int_equal(c.size, 1 << 20);
   assert_int_equal(c.count, 10);
   assert_string_equal(c.custom, "Q");
-  assert_int_equal(c.nwords, 2);
-  assert_string_equal(c.words[0], "w1");
-  assert_string_equal(c.words[1], "--w2"); /* after "--", a word */
+  assert_int_equal(c.words.n, 2);
+  assert_string_equal(c.words.words[0], "w1");
+  assert_string_equal(c.words.words[1], "--w2"); /* after "--", a word */
   assert_int_equal(PARSE(&c, "--name="), 0); /* an empty string is a value */
   assert_string_equal(c.name, "");
   assert_int_equal(PARSE(&c, "--name=--x"), 0); /* =VALUE takes anything */
