@@ -243,11 +243,7 @@ gw_admin *gw_admin_start(uv_loop_t *loop, const gw_config *cfg, int fd) {
 static void store_closed(idem_store *st, void *arg) {
   gw_admin *a = arg;
   (void)st;
-  void (*done)(void *) = a->done;
-  void *done_arg = a->done_arg;
-  free(a);
-  if (done)
-    done(done_arg);
+  gw_free_then(a, a->done, a->done_arg);
 }
 
 /* Every request is answered by now (the server waits for those a store

@@ -50,13 +50,8 @@ struct gw_admin_req {
 };
 
 static void server_unref(gw_admin_server *s) {
-  if (--s->handles == 0 && s->stopping) {
-    void (*done)(void *) = s->done;
-    void *arg = s->done_arg;
-    free(s);
-    if (done)
-      done(arg);
-  }
+  if (--s->handles == 0 && s->stopping)
+    gw_free_then(s, s->done, s->done_arg);
 }
 
 static void conn_closed(uv_handle_t *h) {
@@ -83,11 +78,7 @@ static void conn_close(gw_admin_req *c) {
 static void on_timer(uv_timer_t *t);
 
 static void timer_set(gw_admin_req *c, int mode, int64_t ms) {
-  c->timer_mode = mode;
-  if (mode == A_NONE)
-    uv_timer_stop(&c->timer);
-  else
-    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+  gw_timer_mode(&c->timer, &c->timer_mode, mode, ms, on_timer);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t sz, uv_buf_t *buf);

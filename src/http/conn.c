@@ -185,11 +185,7 @@ static void exchange_free(gw_exchange *ex) {
 static void on_timer(uv_timer_t *t);
 
 static void timer_set(gw_conn *c, int mode, int64_t ms) {
-  c->timer_mode = mode;
-  if (mode == T_NONE)
-    uv_timer_stop(&c->timer);
-  else
-    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+  gw_timer_mode(&c->timer, &c->timer_mode, mode, ms, on_timer);
 }
 
 /* An answer's bytes wait in the write queue: watch that the client takes

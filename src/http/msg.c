@@ -225,3 +225,9 @@ int gw_is_token(const char *s, size_t len) {
   }
   return 1;
 }
+
+void gw_free_then(void *p, void (*done)(void *arg), void *arg) {
+  free(p);
+  if (done)
+    done(arg);
+}

@@ -68,6 +68,10 @@ int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t le
 
 /* Case-insensitive equality of a (ptr, len) string with a C string. */
 int gw_ieq(const char *s, size_t len, const char *lit);
+
+/* The last step of something closed asynchronously: free p, then tell its
+ * owner (done may be NULL). */
+void gw_free_then(void *p, void (*done)(void *arg), void *arg);
 /* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */
 int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (tlen bytes, any

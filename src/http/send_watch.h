@@ -40,4 +40,14 @@ gw_send_state gw_send_watch_tick(gw_send_watch *sw, const uv_stream_t *s,
 /* The period of the tick for timeout_ms: a stall is seen at most this late. */
 uint64_t gw_send_watch_period(int64_t timeout_ms);
 
+/* A connection's one timer, standing for one thing at a time (mode; 0:
+ * nothing): set *mode to it and start the timer for ms, or stop it. */
+static inline void gw_timer_mode(uv_timer_t *t, int *mode, int want, int64_t ms, uv_timer_cb cb) {
+  *mode = want;
+  if (want == 0)
+    uv_timer_stop(t);
+  else
+    uv_timer_start(t, cb, (uint64_t)ms, 0);
+}
+
 #endif
