@@ -22,31 +22,32 @@ static void assert_order(idem_addr_text *addrs, const char *const *want, int n) 
     assert_string_equal(addrs[i], want[i]);
 }
 
+/* The lookup gave ips (n of them): the order slow puts them in is want. */
+static void expect_order(const idem_slow_addrs *slow, const char *const *ips,
+                         const char *const *want, int n) {
+  idem_addr_text a[IDEM_LOOKUP_MAX];
+  set(a, ips, n);
+  idem_slow_addrs_last(slow, a, n);
+  assert_order(a, want, n);
+}
+
 static void nothing_slow_keeps_the_lookup_order(void **state) {
   (void)state;
   idem_slow_addrs slow = {0};
-  idem_addr_text a[3];
   const char *ips[] = {"10.0.0.1", "::1", "10.0.0.3"};
-  set(a, ips, 3);
-  idem_slow_addrs_last(&slow, a, 3);
-  assert_order(a, ips, 3);
+  expect_order(&slow, ips, ips, 3);
 }
 
 static void an_address_that_timed_out_goes_last(void **state) {
   (void)state;
   idem_slow_addrs slow = {0};
-  idem_addr_text a[3];
   const char *ips[] = {"10.0.0.1", "10.0.0.2", "10.0.0.3"};
-  set(a, ips, 3);
   idem_slow_addrs_note(&slow, "10.0.0.1");
-  idem_slow_addrs_last(&slow, a, 3);
   const char *want[] = {"10.0.0.2", "10.0.0.3", "10.0.0.1"};
-  assert_order(a, want, 3);
+  expect_order(&slow, ips, want, 3);
   /* it answered later: its own turn again */
-  set(a, ips, 3);
   idem_slow_addrs_forget(&slow, "10.0.0.1");
-  idem_slow_addrs_last(&slow, a, 3);
-  assert_order(a, ips, 3);
+  expect_order(&slow, ips, ips, 3);
   assert_int_equal(slow.n, 0);
 }
 
@@ -72,10 +73,8 @@ static void two_dead_addresses_do_not_hide_a_third(void **state) {
   assert_string_equal(tried[1], "10.0.0.2");
   assert_string_equal(tried[2], "10.0.0.3");
   /* the one that timed out longest ago comes before the other */
-  set(a, ips, 3);
-  idem_slow_addrs_last(&slow, a, 3);
   const char *want[] = {"10.0.0.3", "10.0.0.1", "10.0.0.2"};
-  assert_order(a, want, 3);
+  expect_order(&slow, ips, want, 3);
 }
 
 static void a_timeout_again_moves_it_behind_the_others(void **state) {
@@ -110,12 +109,9 @@ static void only_the_lookups_addresses_come_out(void **state) {
   idem_slow_addrs slow = {0};
   idem_slow_addrs_note(&slow, "10.9.9.9");
   idem_slow_addrs_note(&slow, "10.0.0.2");
-  idem_addr_text a[2];
   const char *ips[] = {"10.0.0.2", "10.0.0.4"};
-  set(a, ips, 2);
-  idem_slow_addrs_last(&slow, a, 2);
   const char *want[] = {"10.0.0.4", "10.0.0.2"};
-  assert_order(a, want, 2);
+  expect_order(&slow, ips, want, 2);
 }
 
 UNIT_TESTS(cmocka_unit_test(nothing_slow_keeps_the_lookup_order),
