@@ -58,6 +58,12 @@ def _connects(port):
         return False
 
 
+# diagnostics: BENCH_STORE=memory (what the flow costs without a durable
+# store), BENCH_BROKERS=redis,nats (a subset)
+STORE = os.environ.get("BENCH_STORE", "lmdb")
+BROKERS = os.environ.get("BENCH_BROKERS", "redis,rabbitmq,nats").split(",")
+
+
 def metrics(c):
     body = c.admin_get("/metrics")[1]
     settled, buckets = 0, []
@@ -91,7 +97,8 @@ def run_one(broker, mode, tmp, handler_url, r):
     env = dict(os.environ)
     if mode == "forwarder":
         env["IDEM_BENCH_NO_STORE"] = "1"
-    store = "lmdb:%s/store-%s-%s-%d" % (tmp, broker.name, mode, r)
+    store = ("memory:" if STORE == "memory" else "lmdb:%s/" % tmp) + \
+        "store-%s-%s-%d" % (broker.name, mode, r)
     c = Consumer(broker.uri(src), handler_url + "/messages", store=store,
                  args=["--concurrency", CONC], admin=True, env=env)
     t0 = time.monotonic()
@@ -180,7 +187,7 @@ def main():
     nginx, port = start_nginx(tmp)
     rows = []
     try:
-        for cls in (Redis, Amqp, Nats):
+        for cls in [c for c in (Redis, Amqp, Nats) if c.name in BROKERS]:
             b = cls()
             try:
                 res = {"lmdb": [], "forwarder": []}
