@@ -40,6 +40,16 @@ int lmdb_map_adopt(lmdb_env *e) {
   return rc;
 }
 
+int lmdb_write_begin(lmdb_env *e, MDB_txn **txn) {
+  lmdb_map_hold(e);
+  int rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
+    rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc)
+    lmdb_map_release(e);
+  return rc;
+}
+
 /* LMDB reports a short write as EIO; on a disk that is (nearly) out of space
  * that is a full store, not a broken one. */
 static int disk_full(const char *path) {

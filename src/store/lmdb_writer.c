@@ -104,6 +104,9 @@
 #include "core/scoped_key.h"
 #include "store/lmdb_env.h"
 
+/* how often an idle owner looks for a process asking for the log */
+#define OWNER_POLL_MS 20
+
 #define PREALLOC_AHEAD (UINT64_C(4) << 20)
 #define PREALLOC_STEP (UINT64_C(1) << 20)
 
@@ -142,18 +145,6 @@ static int scratch_reserve(lmdb_env *e, size_t len) {
   e->scratch = p;
   e->scratch_cap = cap;
   return 0;
-}
-
-/* Begin a write transaction holding the map (release it after the commit
- * or abort); adopts a map another process grew. */
-static int write_begin(lmdb_env *e, MDB_txn **txn) {
-  lmdb_map_hold(e);
-  int rc = mdb_txn_begin(e->env, NULL, 0, txn);
-  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
-    rc = mdb_txn_begin(e->env, NULL, 0, txn);
-  if (rc)
-    lmdb_map_release(e);
-  return rc;
 }
 
 /* Apply one operation inside txn. Outcomes that belong to the request (stale
@@ -228,7 +219,7 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   for (;;) {
     MDB_txn *txn;
     int64_t t0 = mono_us();
-    int rc = write_begin(e, &txn);
+    int rc = lmdb_write_begin(e, &txn);
     size_t i = 0;
     if (rc == 0) {
       int64_t now = idem_now_ms();
@@ -279,6 +270,282 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   }
 }
 
+/* ---- log mode ------------------------------------------------------------ */
+
+/* Room LMDB must have before a batch may go to the log: what the overlay
+ * and the batch will need when checkpointed, doubled (copy-on-write pages,
+ * the expiry index), plus a margin. Below it batches are direct, so a full
+ * map is refused per operation, before anything is acknowledged. Space LMDB
+ * freed inside the file is not counted: near its high-water mark a store is
+ * direct. */
+#define ROOM_PER_OP (UINT64_C(16) << 10)
+#define ROOM_MARGIN (UINT64_C(16) << 20)
+/* a batch bigger than this goes direct rather than fill the log */
+#define LOG_BATCH_BYTES_MAX (UINT64_C(16) << 20)
+
+static uint64_t batch_bytes(idem_req **reqs, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++)
+    sum += 600 + reqs[i]->op.response.headers_len + reqs[i]->op.response.body_len;
+  return sum;
+}
+
+static int log_has_room(lmdb_env *e, idem_req **reqs, size_t n) {
+  uint64_t bytes = batch_bytes(reqs, n);
+  if (bytes > LOG_BATCH_BYTES_MAX)
+    return 0;
+  MDB_envinfo info;
+  MDB_stat st;
+  lmdb_map_hold(e);
+  int rc = mdb_env_info(e->env, &info) || mdb_env_stat(e->env, &st);
+  lmdb_map_release(e);
+  if (rc)
+    return 0;
+  uint64_t used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+  uint64_t map = info.me_mapsize;
+  pthread_mutex_lock(&e->ov.lock);
+  uint64_t need = 2 * (e->ov.bytes + bytes) + (e->ov.count + n) * ROOM_PER_OP + ROOM_MARGIN;
+  pthread_mutex_unlock(&e->ov.lock);
+  return used < map && map - used >= need;
+}
+
+/* The record of a key as the writer must see it: the overlay's latest
+ * value, else LMDB's. *blob holds a reference to unref after use; *found is
+ * 0 when there is no record. Returns 0 or an MDB error. */
+static int log_read(lmdb_env *e, const unsigned char *skey, size_t klen, lmdb_blob **blob,
+                    MDB_val *v, int *found) {
+  *blob = lmdb_overlay_latest(&e->ov, skey, klen);
+  if (*blob) {
+    *found = !(*blob)->del;
+    v->mv_data = (*blob)->data;
+    v->mv_size = (*blob)->len;
+    return 0;
+  }
+  MDB_val k = {klen, (void *)skey};
+  int rc = mdb_get(e->wrtxn, e->records, &k, v);
+  *found = rc == 0;
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* Log one record state and stage it in the overlay (the overlay takes b). */
+static int log_stage(lmdb_env *e, const unsigned char *skey, size_t klen, lmdb_blob *b,
+                     size_t *nstaged) {
+  size_t len = e->logbuf.len;
+  uint32_t count = e->logbuf.count;
+  if (lmdb_log_buf_add(&e->logbuf, b->del ? LMDB_LOG_DEL : LMDB_LOG_PUT, skey, klen,
+                       b->del ? NULL : b->data, b->len, b->expires_at)) {
+    lmdb_blob_unref(b);
+    return IDEM_ENOMEM;
+  }
+  lmdb_ov_entry *en = lmdb_overlay_stage(&e->ov, skey, klen, b);
+  if (!en) {
+    e->logbuf.len = len; /* not logged either */
+    e->logbuf.count = count;
+    lmdb_blob_unref(b);
+    return IDEM_ENOMEM;
+  }
+  e->staged[(*nstaged)++] = en;
+  return 0;
+}
+
+/* What apply_one does, against the overlay and the writer's snapshot, the
+ * change going to the log batch instead of a write transaction. */
+static int log_apply_one(lmdb_env *e, idem_req *req, int64_t now, size_t *nstaged) {
+  const idem_op *op = &req->op;
+  idem_result *res = &req->result;
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(op->scope, op->key, skey);
+  lmdb_blob *held;
+  MDB_val v;
+  int found;
+  int rc = log_read(e, skey, klen, &held, &v, &found);
+  if (rc)
+    return rc;
+  idem_record cur, *curp = NULL;
+  int err = found ? idem_record_decode(v.mv_data, v.mv_size, &cur) : 0;
+  if (found && !err)
+    curp = &cur;
+  if (err && op->kind != IDEM_OP_DELETE) {
+    atomic_fetch_add(&e->errors_store, 1);
+    res->err = err;
+    goto out;
+  }
+  if (op->kind == IDEM_OP_DELETE) {
+    lmdb_blob *b = found ? lmdb_blob_new(0) : NULL;
+    if (!found)
+      res->err = IDEM_ENOTFOUND;
+    else if (!b)
+      res->err = IDEM_ENOMEM;
+    else {
+      b->del = 1;
+      b->expires_at = INT64_MIN;
+      if ((res->err = log_stage(e, skey, klen, b, nstaged)) == 0)
+        res->count = 1;
+    }
+    goto out;
+  }
+  idem_record next;
+  int write = idem_transition(curp, op, now, &next, res);
+  if (res->record) { /* borrowed from cur: copy it */
+    const idem_record *shown = res->record;
+    res->record = NULL;
+    if (idem_result_set_record(res, shown, op->scope, op->key)) {
+      reset_result(req);
+      res->err = IDEM_ENOMEM;
+      goto out;
+    }
+  }
+  if (write == IDEM_WRITE_PUT && !res->err) {
+    lmdb_blob *b = lmdb_blob_new(idem_record_encoded_len(&next));
+    if (b) {
+      idem_record_encode(&next, b->data);
+      b->expires_at = next.expires_at;
+    }
+    int serr = b ? log_stage(e, skey, klen, b, nstaged) : IDEM_ENOMEM;
+    if (serr) {
+      reset_result(req);
+      res->err = serr;
+    }
+  }
+out:
+  lmdb_blob_unref(held);
+  return 0;
+}
+
+/* The writer's snapshot of LMDB for a log batch (map held until release). */
+static int log_snapshot(lmdb_env *e) {
+  lmdb_map_hold(e);
+  int rc = e->wrtxn ? mdb_txn_renew(e->wrtxn) : MDB_BAD_TXN;
+  if (rc) {
+    if (e->wrtxn)
+      mdb_txn_abort(e->wrtxn);
+    e->wrtxn = NULL;
+    rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->wrtxn);
+    if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
+      rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->wrtxn);
+  }
+  if (rc) {
+    e->wrtxn = NULL;
+    lmdb_map_release(e);
+  }
+  return rc;
+}
+
+static void finish_all(lmdb_env *e, idem_req **reqs, size_t n, int err) {
+  int64_t t0 = mono_us();
+  for (size_t i = 0; i < n; i++) {
+    if (err)
+      idem_req_fail(reqs[i], err);
+    else
+      idem_req_finish(reqs[i]);
+  }
+  atomic_fetch_add(&e->handback_us, (uint64_t)(mono_us() - t0));
+  if (!err) {
+    atomic_fetch_add(&e->ops_written, n);
+    if (n > atomic_load(&e->max_batch))
+      atomic_store(&e->max_batch, n);
+  }
+}
+
+/* One batch through the log: apply against the overlay, append, one
+ * fdatasync, promote, acknowledge. */
+static void log_batch(lmdb_env *e, idem_req **reqs, size_t n) {
+  int64_t t0 = mono_us();
+  uint64_t ck = atomic_load(&e->ck_seq);
+  if (ck > e->pruned_at) { /* LMDB holds more: drop it from memory */
+    lmdb_overlay_prune(&e->ov, ck);
+    e->pruned_at = ck;
+  }
+  int rc = log_snapshot(e);
+  if (rc) {
+    finish_all(e, reqs, n, lmdb_error(e, rc));
+    return;
+  }
+  lmdb_log_buf_reset(&e->logbuf);
+  size_t nstaged = 0;
+  int64_t now = idem_now_ms();
+  for (size_t i = 0; i < n; i++) {
+    reset_result(reqs[i]);
+    if ((rc = log_apply_one(e, reqs[i], now, &nstaged)) != 0)
+      reqs[i]->result.err = lmdb_error(e, rc);
+  }
+  mdb_txn_reset(e->wrtxn);
+  lmdb_map_release(e);
+  int64_t t1 = mono_us();
+  atomic_fetch_add(&e->apply_us, (uint64_t)(t1 - t0));
+  if (e->logbuf.count) {
+    uint64_t seq = e->last_seq + 1;
+    lmdb_log_buf_seal(&e->logbuf, seq);
+    int err = lmdb_log_append(e, e->logbuf.p, e->logbuf.len);
+    atomic_fetch_add(&e->commit_us, (uint64_t)(mono_us() - t1));
+    if (err) {
+      lmdb_overlay_unstage(&e->ov, e->staged, nstaged);
+      e->log_broken = 1; /* what the file holds is unknown now: go direct */
+      finish_all(e, reqs, n, err);
+      return;
+    }
+    e->last_seq = seq;
+    lmdb_overlay_promote(&e->ov, e->staged, nstaged, seq);
+    lmdb_ckpt_flushed(e, seq);
+    atomic_fetch_add(&e->commits, 1);
+  }
+  finish_all(e, reqs, n, 0);
+}
+
+/* LIST ops reach the writer only from a guest (that now owns the log):
+ * LMDB gets everything first, then they read it. Returns how many reqs
+ * remain in reqs[], in order. */
+static size_t serve_lists(lmdb_env *e, idem_req **reqs, size_t n) {
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    idem_req *req = reqs[i];
+    if (req->op.kind != IDEM_OP_LIST) {
+      reqs[kept++] = req;
+      continue;
+    }
+    int err = lmdb_ckpt_sync(e);
+    MDB_txn *txn;
+    int rc = err ? 0 : log_snapshot(e);
+    if (!err && rc == 0) {
+      txn = e->wrtxn;
+      reset_result(req);
+      rc = lmdb_read_list(e, txn, req);
+      mdb_txn_reset(txn);
+      lmdb_map_release(e);
+    }
+    if (!err && rc)
+      err = lmdb_error(e, rc);
+    if (err)
+      idem_req_fail(req, err);
+    else
+      idem_req_finish(req);
+  }
+  return kept;
+}
+
+/* A batch in whichever mode fits it (see lmdb_env.h). */
+static void run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
+  if (e->log_fd >= 0)
+    n = serve_lists(e, reqs, n);
+  if (!n)
+    return;
+  int owner = atomic_load(&e->mode) == LMDB_OWNER;
+  if (owner && !e->log_broken && !atomic_load(&e->ck_err) && log_has_room(e, reqs, n)) {
+    log_batch(e, reqs, n);
+    return;
+  }
+  if (owner) { /* direct, after LMDB holds everything the log does */
+    int err = lmdb_ckpt_sync(e);
+    if (err) {
+      finish_all(e, reqs, n, err);
+      return;
+    }
+    lmdb_overlay_prune(&e->ov, atomic_load(&e->ck_seq));
+  }
+  apply_batch(e, reqs, n);
+}
+
+
 /* Keep zeroed space past the last used page (see the top); one step per
  * call. Failures (a full disk) only mean commits that grow the file.
  *
@@ -328,7 +595,7 @@ static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
   MDB_txn *txn;
   *deleted = 0;
   *more = 0;
-  int rc = write_begin(e, &txn);
+  int rc = lmdb_write_begin(e, &txn);
   if (rc)
     return lmdb_error(e, rc);
   rc = lmdb_sweep(e, txn, idem_now_ms(), limit, deleted, more);
@@ -347,12 +614,16 @@ static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
 
 /* Serve one chunk of the oldest IDEM_OP_GC request; finish it when done. */
 static void gc_step(lmdb_env *e, idem_req *gc) {
+  /* what the log holds ahead of LMDB may have expired too */
+  int cerr = e->log_fd >= 0 ? lmdb_ckpt_sync(e) : 0;
   size_t limit = gc->op.limit ? gc->op.limit : 1000;
   size_t want = limit - gc->result.count, deleted;
   if (want > e->opt.sweep_batch)
     want = e->opt.sweep_batch;
-  int more;
-  int err = sweep_chunk(e, want, &deleted, &more);
+  int more = 0;
+  int err = cerr ? cerr : sweep_chunk(e, want, &deleted, &more);
+  if (cerr)
+    deleted = 0;
   gc->result.count += deleted;
   if (!err && more && gc->result.count < limit)
     return; /* next turn */
@@ -383,16 +654,31 @@ static void *writer_main(void *arg) {
       int dead;
       mdb_reader_check(e->env, &dead);
     }
+    int asked = 0;
     while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !sweeping &&
            !e->stopping) {
       e->wake_at = 1;
-      if (!interval) {
+      int owner = atomic_load(&e->mode) == LMDB_OWNER;
+      if (!interval && !owner) {
         pthread_cond_wait(&e->wake, &e->lock);
         continue;
       }
-      if (mono_ms() >= next_sweep)
+      if (interval && mono_ms() >= next_sweep)
         break; /* the sweep is due: the top of the loop starts it */
-      wait_until_us(e, next_sweep * 1000);
+      int64_t until = interval ? next_sweep * 1000 : INT64_MAX;
+      if (owner && mono_us() + OWNER_POLL_MS * 1000 < until)
+        until = mono_us() + OWNER_POLL_MS * 1000;
+      wait_until_us(e, until);
+      if (owner && lmdb_log_requested(e)) {
+        asked = 1; /* another process waits for the log */
+        break;
+      }
+    }
+    if (asked) {
+      pthread_mutex_unlock(&e->lock);
+      lmdb_log_yield(e);
+      pthread_mutex_lock(&e->lock);
+      continue;
     }
     if (e->stopping && idem_queue_empty(&e->queue))
       break;
@@ -412,9 +698,23 @@ static void *writer_main(void *arg) {
     idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
 
+    if ((n || gc) && atomic_load(&e->mode) == LMDB_GUEST) {
+      int err = lmdb_log_acquire(e); /* waits for the owning process */
+      if (err) {
+        finish_all(e, e->batch, n, err);
+        n = 0;
+        if (gc) {
+          pthread_mutex_lock(&e->lock);
+          idem_queue_remove(&gc->node);
+          pthread_mutex_unlock(&e->lock);
+          idem_req_fail(gc, err);
+          gc = NULL;
+        }
+      }
+    }
     if (n) {
       int64_t t0 = mono_us();
-      apply_batch(e, e->batch, n);
+      run_batch(e, e->batch, n);
       last_commit_us = mono_us() - t0;
       last_batch = n;
       prealloc_step(e);
@@ -429,8 +729,13 @@ static void *writer_main(void *arg) {
         next_sweep = mono_ms() + interval;
       }
     }
+    if (atomic_load(&e->mode) == LMDB_OWNER && lmdb_log_requested(e))
+      lmdb_log_yield(e);
     pthread_mutex_lock(&e->lock);
   }
+  if (atomic_load(&e->mode) == LMDB_OWNER)
+    lmdb_ckpt_sync(e); /* not needed for safety (the log is replayed), but a
+                          closed store's LMDB is then whole for other programs */
   /* closing: a gc request still running reports what it deleted so far */
   idem_queue gcs;
   idem_queue_move(&e->gc, &gcs);
@@ -447,28 +752,35 @@ int lmdb_writer_start(lmdb_env *e) {
   idem_queue_init(&e->gc);
   e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
   e->refused = calloc(e->opt.batch_max, 1);
-  if (!e->batch || !e->refused)
+  e->staged = calloc(e->opt.batch_max, sizeof *e->staged);
+  if (!e->batch || !e->refused || !e->staged)
+    goto fail;
+  if (e->log_fd >= 0 && lmdb_ckpt_start(e))
     goto fail;
   if (pthread_mutex_init(&e->lock, NULL))
-    goto fail;
+    goto fail_ckpt;
   if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
       pthread_cond_init(&e->wake, &attr)) {
     pthread_mutex_destroy(&e->lock);
-    goto fail;
+    goto fail_ckpt;
   }
   pthread_condattr_destroy(&attr);
   e->wake_at = 1;
   if (pthread_create(&e->writer, NULL, writer_main, e)) {
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
-    goto fail;
+    goto fail_ckpt;
   }
   return 0;
+fail_ckpt:
+  lmdb_ckpt_stop(e);
 fail:
   free(e->batch);
   free(e->refused);
+  free(e->staged);
   e->batch = NULL;
   e->refused = NULL;
+  e->staged = NULL;
   return IDEM_ENOMEM;
 }
 
@@ -496,7 +808,12 @@ void lmdb_writer_stop(lmdb_env *e) {
   pthread_join(e->writer, NULL);
   pthread_cond_destroy(&e->wake);
   pthread_mutex_destroy(&e->lock);
+  lmdb_ckpt_stop(e);
+  if (e->wrtxn)
+    mdb_txn_abort(e->wrtxn);
+  e->wrtxn = NULL;
   free(e->batch);
   free(e->refused);
+  free(e->staged);
   free(e->scratch);
 }
