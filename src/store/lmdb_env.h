@@ -95,6 +95,7 @@ struct lmdb_env {
   MDB_txn *wrtxn;     /* the writer's read snapshot in log mode */
   lmdb_overlay ov;
   uint64_t pruned_at; /* the ck_seq of the writer's last prune */
+  int64_t owned_since; /* monotonic ms when this process took the log (writer) */
 
   /* the checkpointer (lmdb_ckpt.c) */
   pthread_t ckpt;

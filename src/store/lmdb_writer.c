@@ -106,6 +106,7 @@
 
 /* how often an idle owner looks for a process asking for the log */
 #define OWNER_POLL_MS 20
+#define OWN_MIN_MS 20
 
 #define PREALLOC_AHEAD (UINT64_C(4) << 20)
 #define PREALLOC_STEP (UINT64_C(1) << 20)
@@ -636,6 +637,15 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
     idem_req_finish(gc);
 }
 
+/* Another process asks for the log, and this one has had it long enough
+ * to have served a few batches: processes that write at once then take
+ * turns of OWN_MIN_MS rather than of one batch (each turn costs a
+ * checkpoint). */
+static int handover_due(lmdb_env *e) {
+  return atomic_load(&e->mode) == LMDB_OWNER && mono_ms() - e->owned_since >= OWN_MIN_MS &&
+         lmdb_log_requested(e);
+}
+
 static void *writer_main(void *arg) {
   lmdb_env *e = arg;
   pthread_setname_np(pthread_self(), "idem-lmdb-write"); /* 15 chars at most */
@@ -669,7 +679,7 @@ static void *writer_main(void *arg) {
       if (owner && mono_us() + OWNER_POLL_MS * 1000 < until)
         until = mono_us() + OWNER_POLL_MS * 1000;
       wait_until_us(e, until);
-      if (owner && lmdb_log_requested(e)) {
+      if (owner && handover_due(e)) {
         asked = 1; /* another process waits for the log */
         break;
       }
@@ -700,6 +710,7 @@ static void *writer_main(void *arg) {
 
     if ((n || gc) && atomic_load(&e->mode) == LMDB_GUEST) {
       int err = lmdb_log_acquire(e); /* waits for the owning process */
+      e->owned_since = mono_ms();
       if (err) {
         finish_all(e, e->batch, n, err);
         n = 0;
@@ -729,7 +740,7 @@ static void *writer_main(void *arg) {
         next_sweep = mono_ms() + interval;
       }
     }
-    if (atomic_load(&e->mode) == LMDB_OWNER && lmdb_log_requested(e))
+    if (handover_due(e))
       lmdb_log_yield(e);
     pthread_mutex_lock(&e->lock);
   }

@@ -2,7 +2,8 @@
  * lmdb_store.c - what the LMDB store promises beyond the contract
  * suite: clear errors for bad paths and foreign files, durability across a
  * reopen, group commit, a full map refused per request, the expiry index,
- * gc and the background sweeper, handles sharing one environment.
+ * gc and the background sweeper, handles sharing one environment, and
+ * processes sharing one log.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -713,6 +714,146 @@ static void delete_and_list(void **state) {
   idem_sync_close(s);
 }
 
+/* ---- processes sharing one store (and its log) ------------------------- */
+
+/* Run this binary with args; returns its exit status. */
+static int run_self(const char *const *args) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    execv("/proc/self/exe", (char *const *)args);
+    _exit(127);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* --guest PATH: what `idem keys` does against a served store. Every record
+ * the owner acknowledged is there; one is deleted; one is added. */
+static int guest_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 10;
+  char key[32];
+  for (int i = 0; i < 50; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "mp-%d", i);
+    if (get_state(s, key, &st) || st != IDEM_STATE_COMPLETED)
+      return 11;
+  }
+  idem_op op = {.kind = IDEM_OP_DELETE, .key = "mp-7"};
+  idem_result res;
+  if (idem_sync_run(s, &op, &res))
+    return 12;
+  idem_result_clear(&res);
+  op = (idem_op){.kind = IDEM_OP_LIST, .limit = 1000};
+  if (idem_sync_run(s, &op, &res) || res.count != 49)
+    return 13;
+  idem_result_clear(&res);
+  if (put_completed(s, "mp-guest", "g", 1, TTL_LONG_MS))
+    return 14;
+  idem_sync_close(s);
+  return 0;
+}
+
+/* --claim-all PATH: claim mp-0..mp-39 once each; exits with how many were
+ * handed to it. */
+static int claim_all_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 200;
+  int claimed = 0;
+  char key[32];
+  for (int i = 0; i < 40; i++) {
+    snprintf(key, sizeof key, "mp-%d", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    idem_result res;
+    if (idem_sync_run(s, &op, &res))
+      return 201;
+    claimed += res.outcome == IDEM_CLAIMED;
+    idem_result_clear(&res);
+  }
+  idem_sync_close(s);
+  return claimed;
+}
+
+static void a_second_process_sees_what_the_log_holds(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  uv_loop_t loop; /* the owner: a store that stays open, as a gateway's */
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &store, NULL), 0);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  for (int i = 0; i < 50; i++) {
+    snprintf(key, sizeof key, "mp-%d", i);
+    assert_int_equal(put_completed(s, key, "b", 1, TTL_LONG_MS), 0);
+  }
+  idem_lmdb_stats st;
+  assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
+  assert_int_equal(st.logged, 1);
+  const char *args[] = {"lmdb_store", "--guest", p, NULL};
+  assert_int_equal(run_self(args), 0);
+  /* the owner took the log back and sees the guest's writes */
+  idem_state state_;
+  assert_int_equal(get_state(s, "mp-7", &state_), IDEM_ENOTFOUND);
+  assert_int_equal(get_state(s, "mp-guest", &state_), 0);
+  assert_int_equal(state_, IDEM_STATE_COMPLETED);
+  assert_int_equal(get_state(s, "mp-8", &state_), 0);
+  idem_sync_close(s);
+  close_store_and_loop(store, &loop);
+}
+
+static void two_processes_claim_each_key_once(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0); /* creates it */
+  idem_sync_close(s);
+  const char *args[] = {"lmdb_store", "--claim-all", p, NULL};
+  pid_t pids[2];
+  for (int i = 0; i < 2; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0) {
+      execv("/proc/self/exe", (char *const *)args);
+      _exit(127);
+    }
+  }
+  int total = 0;
+  for (int i = 0; i < 2; i++) {
+    int status;
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) <= 40);
+    total += WEXITSTATUS(status);
+  }
+  assert_int_equal(total, 40);
+}
+
+/* log=off: no log file, every batch an LMDB commit, as before the log */
+static void log_off_commits_each_batch_to_lmdb(void **state) {
+  (void)state;
+  char p[300], logpath[340];
+  fresh_path(p, sizeof p);
+  idem_lmdb_stats st;
+  run_burst(uri_of(p, "log=off"), 64, "off", &st);
+  assert_int_equal(st.logged, 0);
+  assert_int_equal(st.checkpoints, 0);
+  assert_int_equal(st.ops_written, 128);
+  snprintf(logpath, sizeof logpath, "%s/idem.log", p);
+  assert_int_equal(access(logpath, F_OK), -1);
+  /* the log path: fewer flushes than operations */
+  fresh_path(p, sizeof p);
+  run_burst(uri_of(p, NULL), 64, "on", &st);
+  assert_int_equal(st.logged, 1);
+  assert_int_equal(st.ops_written, 128);
+  assert_true(st.commits < 128);
+}
+
 /* ---- closing one of several handles on one environment ----------------- */
 
 /* The writer thread finishes a req with idem_req_finish, which queues it and
@@ -806,6 +947,10 @@ static int teardown(void **state) {
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--hold-write-lock"))
     return hold_lock_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--guest"))
+    return guest_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--claim-all"))
+    return claim_all_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
@@ -821,6 +966,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(gc_does_not_stall_claims),
       cmocka_unit_test(delete_and_list),
       cmocka_unit_test(closing_a_shared_handle_never_touches_it_afterwards),
+      cmocka_unit_test(a_second_process_sees_what_the_log_holds),
+      cmocka_unit_test(two_processes_claim_each_key_once),
+      cmocka_unit_test(log_off_commits_each_batch_to_lmdb),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
