@@ -188,6 +188,7 @@ static int log_recover(lmdb_env *e, char **why) {
   pthread_mutex_unlock(&e->ov.lock);
   atomic_store(&e->ck_have, seq);
   atomic_store(&e->ck_seq, seq);
+  atomic_store(&e->ck_err, 0); /* LMDB holds the whole log again */
   return 0;
 }
 
