@@ -140,9 +140,18 @@ pid = sys.argv[1]
 def ticks(path):
     f = open(path).read().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])  # utime, stime
-procs = [pid] + [p for p in os.listdir("/proc") if p.isdigit() and
-                 open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1] == pid]
-total = sum(ticks("/proc/%s/stat" % p) for p in procs)
+def parent(p):  # None for a process that ended while we looked
+    try:
+        return open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None
+def safe_ticks(path):
+    try:
+        return ticks(path)
+    except OSError:
+        return 0
+procs = [pid] + [p for p in os.listdir("/proc") if p.isdigit() and parent(p) == pid]
+total = sum(safe_ticks("/proc/%s/stat" % p) for p in procs)
 writer = sum(ticks("/proc/%s/task/%s/stat" % (pid, t)) for t in os.listdir("/proc/%s/task" % pid)
              if open("/proc/%s/task/%s/comm" % (pid, t)).read().strip() == "idem-lmdb-write")
 cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
@@ -365,16 +374,6 @@ if sweep:
             med(ratios), ", ".join("%.2f" % x for x in ratios),
             med(mratios), ", ".join("%.2f" % x for x in mratios)))
     L.append("")
-rp = [l.split() for l in open(replay_res) if l.strip()]
-if rp:
-    pxr = {r[1]: float(r[3]) for r in rp if r[2] == "nginx-proxy"}
-    lmr = {r[1]: float(r[3]) for r in rp if r[2] == "idem-lmdb"}
-    rr = [lmr[k] / pxr[k] for k in pxr if k in lmr and pxr[k] > 0]
-    L.append("## Replays, paired\n")
-    L.append("nginx-proxy and idem-lmdb alternating at %s connections, %s per run: idem-lmdb "
-             "replays at **%.2fx** nginx-proxy's req/s (median of the ratios within each round: %s).\n" % (
-                 conns, sweep_dur, statistics.median(rr) if rr else 0,
-                 ", ".join("%.2f" % x for x in rr)))
     top = max(int(r[0]) for r in sweep)
     rows = [r for r in sweep if int(r[0]) == top and len(r) > 11]
     lm = [r for r in rows if r[2] == "idem-lmdb"]
@@ -385,12 +384,22 @@ if rp:
         L.append("Where the CPU goes: at %d connections the machine was %.0f%% idle during idem-lmdb's "
                  "runs (%.0f%% during nginx-proxy's), so throughput there depends mostly on the CPU every "
                  "request costs on the two shared CPUs (wrk, the upstream and the proxy). idem-lmdb "
-                 "spent %.1f µs per request, %.1f of them in its LMDB writer thread (the B-tree work, "
-                 "copying the dirty pages into the page cache and submitting them to the disk); "
+                 "spent %.1f µs per request, %.1f of them in its LMDB writer thread (applying batches, writing "
+                 "and flushing the log; the checkpointer's B-tree work counts in the process total); "
                  "nginx-proxy spent %.1f µs, and idem-memory %s µs in the 64-connection run above.\n" % (
                      top, med(float(r[11]) for r in lm), med(float(r[11]) for r in pxr),
                      med(float(r[9]) for r in lm), med(float(r[10]) for r in lm),
                      med(float(r[9]) for r in pxr), mem[14]))
+rp = [l.split() for l in open(replay_res) if l.strip()]
+if rp:
+    pxr = {r[1]: float(r[3]) for r in rp if r[2] == "nginx-proxy"}
+    lmr = {r[1]: float(r[3]) for r in rp if r[2] == "idem-lmdb"}
+    rr = [lmr[k] / pxr[k] for k in pxr if k in lmr and pxr[k] > 0]
+    L.append("## Replays, paired\n")
+    L.append("nginx-proxy and idem-lmdb alternating at %s connections, %s per run: idem-lmdb "
+             "replays at **%.2fx** nginx-proxy's req/s (median of the ratios within each round: %s).\n" % (
+                 conns, sweep_dur, statistics.median(rr) if rr else 0,
+                 ", ".join("%.2f" % x for x in rr)))
 L.append("All servers and wrk share the same %d CPUs; on a shared machine the figures move "
          "with the neighbours' load, so compare rows of one run, not runs.\n" % os.cpu_count())
 open(out, "w").write("\n".join(L))

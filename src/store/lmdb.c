@@ -8,8 +8,14 @@
  * list are answered from a read snapshot on the caller's thread without
  * waiting for the writer. Everything else goes to lmdb_writer.c.
  *
- * Layout of an environment (a directory holding data.mdb and lock.mdb):
- *   meta     "format" -> "idem-lmdb" and a 4-byte big-endian format version
+ * With the log, a claim or get is first looked up in the overlay (records
+ * the log holds ahead of LMDB), and a list waits for LMDB to catch up; in a
+ * process that does not own the log, everything goes to the writer.
+ *
+ * Layout of an environment (a directory holding data.mdb, lock.mdb and
+ * idem.log, lmdb_log.c):
+ *   meta     "format" -> "idem-lmdb" and a 4-byte big-endian format version;
+ *            "logseq" -> the last log batch LMDB holds (8 bytes, big-endian)
  *   records  scoped key (core/scoped_key.h) -> idem_record_encode() bytes
  *   expiry   8-byte expires_at -> scoped keys, DUPSORT (lmdb_sweep.c)
  */

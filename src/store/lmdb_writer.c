@@ -2,12 +2,26 @@
  * lmdb_writer.c - the one writer thread of an LMDB environment: group commit.
  *
  * Handles on any loop queue their writes here. Each turn the writer takes
- * everything queued (up to batch_max), applies it in one write transaction,
- * commits it (LMDB's default: data pages, fsync, meta page, fsync) and only
- * then finishes the reqs, so nothing is acknowledged before it is on disk and
- * the cost of one fsync is shared by every request that arrived while the
- * previous one ran. The writer re-reads each record inside the transaction
- * and re-runs idem_transition: the caller's read snapshot may be stale.
+ * everything queued (up to batch_max) and makes it durable in one of two
+ * ways before it finishes any of the reqs, so the cost of one flush is
+ * shared by every request that arrived while the previous one ran:
+ *
+ * - log mode (the owner of the log, room in the map): log_batch applies the
+ *   batch against the overlay and a read snapshot of LMDB, appends the new
+ *   record states to the log with one write and one fdatasync (lmdb_log.c),
+ *   promotes them in the overlay and hands every loop its results with one
+ *   wake-up. LMDB gets them later from the checkpointer (lmdb_ckpt.c). The
+ *   writer alone removes overlay entries LMDB holds (at the start of a
+ *   batch, before its snapshot), so a miss in the overlay means the
+ *   snapshot has the record.
+ * - direct mode (log=off, near a full map, a huge batch, a broken log):
+ *   apply_batch applies it in one write transaction and commits it (LMDB's
+ *   default: data pages, fsync, meta page, fsync), after LMDB has caught up
+ *   with the log. What follows about full maps and the measurements below
+ *   are about this mode, the only one before the log.
+ *
+ * Either way the writer re-reads each record and re-runs idem_transition:
+ * the caller's read snapshot may be stale.
  *
  * Gathering: right after a commit, the callers it acknowledged are busy
  * running callbacks and most will submit again within microseconds. Had the
