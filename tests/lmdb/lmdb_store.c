@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -878,6 +879,58 @@ static void two_processes_claim_each_key_once(void **state) {
   assert_int_equal(total, 40);
 }
 
+/* --owner PATH: acknowledges 200 records, says so on stdout, and waits to
+ * be killed (owning the log, LMDB behind it). */
+static int owner_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 10;
+  char key[32];
+  for (int i = 0; i < 200; i++) {
+    snprintf(key, sizeof key, "ko-%d", i);
+    if (put_completed(s, key, key, strlen(key), TTL_LONG_MS))
+      return 11;
+  }
+  if (write(1, "x", 1) != 1)
+    return 12;
+  for (;;)
+    pause();
+}
+
+/* A process waiting as a guest when the owner dies takes the log over and
+ * replays what LMDB lacked. */
+static void a_guest_takes_over_from_a_killed_owner(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  int out[2];
+  assert_int_equal(pipe(out), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl("/proc/self/exe", "lmdb_store", "--owner", p, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char c;
+  assert_int_equal(read(out[0], &c, 1), 1); /* all 200 acknowledged */
+  close(out[0]);
+  idem_sync *s; /* a guest: the child owns the log */
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  kill(pid, SIGKILL);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  for (int i = 0; i < 200; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "ko-%d", i);
+    assert_int_equal(get_state(s, key, &st), 0);
+    assert_int_equal(st, IDEM_STATE_COMPLETED);
+  }
+  idem_sync_close(s);
+}
+
 /* log=off: no log file, every batch an LMDB commit, as before the log */
 static void log_off_commits_each_batch_to_lmdb(void **state) {
   (void)state;
@@ -997,6 +1050,8 @@ int main(int argc, char **argv) {
     return guest_main(argv[2]);
   if (argc == 3 && !strcmp(argv[1], "--claim-all"))
     return claim_all_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--owner"))
+    return owner_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
@@ -1015,6 +1070,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(closing_a_shared_handle_never_touches_it_afterwards),
       cmocka_unit_test(a_second_process_sees_what_the_log_holds),
       cmocka_unit_test(two_processes_claim_each_key_once),
+      cmocka_unit_test(a_guest_takes_over_from_a_killed_owner),
       cmocka_unit_test(log_off_commits_each_batch_to_lmdb),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
