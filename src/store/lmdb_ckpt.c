@@ -26,12 +26,6 @@
 #define CKPT_INTERVAL_MS 50
 #define CKPT_RETRY_MS 100
 
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int lmdb_state_put(lmdb_env *e, MDB_txn *txn, const unsigned char *skey, size_t klen,
                    const unsigned char *val, size_t vlen, int64_t expires_at) {
   MDB_val k = {klen, (void *)skey}, v;
@@ -77,7 +71,7 @@ static int checkpoint_once(lmdb_env *e, uint64_t *target) {
   long n = lmdb_overlay_collect(&e->ov, atomic_load(&e->ck_seq), &items, target);
   if (n < 0)
     return IDEM_ENOMEM;
-  int64_t t0 = mono_us();
+  int64_t t0 = lmdb_mono_us();
   MDB_txn *txn;
   int rc = lmdb_write_begin(e, &txn);
   if (rc == 0) {
@@ -98,7 +92,7 @@ static int checkpoint_once(lmdb_env *e, uint64_t *target) {
   if (rc)
     return lmdb_error(e, rc);
   atomic_fetch_add(&e->checkpoints, 1);
-  atomic_fetch_add(&e->checkpoint_us, (uint64_t)(mono_us() - t0));
+  atomic_fetch_add(&e->checkpoint_us, (uint64_t)(lmdb_mono_us() - t0));
   return 0;
 }
 
@@ -117,7 +111,7 @@ static void *ckpt_main(void *arg) {
     /* only the owner checkpoints: a guest's LMDB writes could undo the
      * owner's (lmdb_log_yield waits for one under way) */
     int behind = have > done && atomic_load(&e->mode) == LMDB_OWNER;
-    int now_due = behind && (e->ck_want > done || mono_us() >= next);
+    int now_due = behind && (e->ck_want > done || lmdb_mono_us() >= next);
     if (!now_due) {
       if (behind) {
         wait_ms(e, next);
@@ -126,7 +120,7 @@ static void *ckpt_main(void *arg) {
         pthread_cond_wait(&e->ck_wake, &e->ck_lock);
         e->ck_idle = 0;
         /* a first batch: let others join it (a sync asks for one at once) */
-        next = mono_us() + CKPT_INTERVAL_MS * 1000;
+        next = lmdb_mono_us() + CKPT_INTERVAL_MS * 1000;
       }
       continue;
     }
@@ -141,7 +135,7 @@ static void *ckpt_main(void *arg) {
     atomic_store(&e->ck_err, err);
     e->ck_runs++;
     /* a failure waits before the next try, whoever asks */
-    next = mono_us() + (err ? CKPT_RETRY_MS : CKPT_INTERVAL_MS) * 1000;
+    next = lmdb_mono_us() + (err ? CKPT_RETRY_MS : CKPT_INTERVAL_MS) * 1000;
     if (err)
       e->ck_want = 0;
     pthread_cond_broadcast(&e->ck_done);

@@ -4,6 +4,7 @@
  *   lmdb.c         URI, the process-wide registry of environments, handles,
  *                  the read path (answers that need no write)
  *   lmdb_writer.c  the one writer thread per environment: group commit
+ *   lmdb_logbatch.c  the writer's batches through the log
  *   lmdb_sweep.c   the expiry index and the retention sweep
  *   lmdb_log.c     the log file: ownership between processes, append,
  *                  replay into LMDB (format: lmdb_logfmt.c)
@@ -132,6 +133,21 @@ int lmdb_write_begin(lmdb_env *e, MDB_txn **txn);
 /* lmdb.c: the live records of a LIST op from txn, into req->result.
  * Returns 0 or an MDB error. */
 int lmdb_read_list(lmdb_env *e, MDB_txn *txn, idem_req *req);
+
+/* lmdb_env.c: the monotonic clock in microseconds; a req's result emptied. */
+int64_t lmdb_mono_us(void);
+void lmdb_result_reset(idem_req *req);
+
+/* lmdb_logbatch.c */
+/* May this batch go to the log: is there room in the map for it and what
+ * the log holds ahead of LMDB, and is it small enough? */
+int lmdb_log_has_room(lmdb_env *e, idem_req **reqs, size_t n);
+/* The batch through the log; finishes every req. */
+void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n);
+/* Serve (and remove) the list ops of a batch; returns how many reqs remain. */
+size_t lmdb_serve_lists(lmdb_env *e, idem_req **reqs, size_t n);
+/* Finish reqs (with err, when not 0), one hand-back per loop. */
+void lmdb_finish_all(lmdb_env *e, idem_req **reqs, size_t n, int err);
 
 /* lmdb_writer.c */
 int lmdb_writer_start(lmdb_env *e);
