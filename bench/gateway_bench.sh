@@ -15,10 +15,12 @@
 #   replay         keys from a fixed set completed beforehand (replays)
 # Reports req/s, p50, p99 and the ratio to nginx-proxy for the same workload.
 #
-# Then unique keys at more connections (--sweep), nginx-proxy and idem-lmdb
-# alternating, --sweep-rounds pairs of --sweep-duration runs per point, with
-# the median of the paired ratios: a durable store shares each flush among
-# the requests in flight, so its throughput depends on how many there are.
+# Then unique keys at more connections (--sweep), nginx-proxy, idem-lmdb and
+# idem-memory alternating, --sweep-rounds rounds of --sweep-duration runs per
+# point, with the median of the ratios within each round: a durable store
+# shares each flush among the requests in flight, so its throughput depends
+# on how many there are. Then replays at --connections, nginx-proxy and
+# idem-lmdb alternating the same way.
 #
 # usage: bench/gateway_bench.sh [--idem PATH] [--duration 10s] [--threads 2]
 #                               [--connections 64] [--out bench/results/gateway.md]
@@ -138,9 +140,18 @@ pid = sys.argv[1]
 def ticks(path):
     f = open(path).read().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])  # utime, stime
-procs = [pid] + [p for p in os.listdir("/proc") if p.isdigit() and
-                 open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1] == pid]
-total = sum(ticks("/proc/%s/stat" % p) for p in procs)
+def parent(p):  # None for a process that ended while we looked
+    try:
+        return open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None
+def safe_ticks(path):
+    try:
+        return ticks(path)
+    except OSError:
+        return 0
+procs = [pid] + [p for p in os.listdir("/proc") if p.isdigit() and parent(p) == pid]
+total = sum(safe_ticks("/proc/%s/stat" % p) for p in procs)
 writer = sum(ticks("/proc/%s/task/%s/stat" % (pid, t)) for t in os.listdir("/proc/%s/task" % pid)
              if open("/proc/%s/task/%s/comm" % (pid, t)).read().strip() == "idem-lmdb-write")
 cpu = [int(x) for x in open("/proc/stat").readline().split()[1:]]
@@ -206,7 +217,9 @@ done
 
 # unique keys at more connections: nginx-proxy and idem-lmdb in pairs
 SWEEP_RESULTS=$TMP/sweep.txt
+REPLAY_RESULTS=$TMP/replay.txt
 : >"$SWEEP_RESULTS"
+: >"$REPLAY_RESULTS"
 if [ -n "$SWEEP" ]; then
   echo "connections round target req/s p50_ms p99_ms non2xx sockerr requests cpu_us writer_us idle%"
   main_conns=$CONNS main_duration=$DURATION
@@ -215,24 +228,34 @@ if [ -n "$SWEEP" ]; then
   for c in $CONNS_LIST; do
     CONNS=$c
     for r in $(seq 1 "$SWEEP_ROUNDS"); do
-      for t in nginx-proxy idem-lmdb; do
+      for t in nginx-proxy idem-lmdb idem-memory; do
         port=$PX_PORT
         [ "$t" = idem-lmdb ] && port=$LMDB_PORT
+        [ "$t" = idem-memory ] && port=$MEM_PORT
         measured "$t" "$port" unique
         echo "$c $r $t $WRK_RESULT $CPU_RESULT" | tee -a "$SWEEP_RESULTS"
       done
     done
   done
-  CONNS=$main_conns DURATION=$main_duration
+  CONNS=$main_conns
+  for r in $(seq 1 "$SWEEP_ROUNDS"); do
+    for t in nginx-proxy idem-lmdb; do
+      port=$PX_PORT
+      [ "$t" = idem-lmdb ] && port=$LMDB_PORT
+      measured "$t" "$port" replay
+      echo "$CONNS $r $t $WRK_RESULT $CPU_RESULT" | tee -a "$REPLAY_RESULTS"
+    done
+  done
+  DURATION=$main_duration
 fi
 
 # every gateway must still be alive after the runs
 check_alive
 
 mkdir -p "$(dirname "$OUT")"
-python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" "$LOAD_START" "$FSYNC_MS" "$SWEEP_RESULTS" "$SWEEP_DURATION" <<'EOF'
+python3 - "$RESULTS" "$OUT" "$CMDLINE" "$DURATION" "$THREADS" "$CONNS" "$IDEM" "$LOAD_START" "$FSYNC_MS" "$SWEEP_RESULTS" "$SWEEP_DURATION" "$REPLAY_RESULTS" <<'EOF'
 import datetime, os, platform, statistics, subprocess, sys
-res, out, cmd, dur, thr, conns, idem, load0, fsync_ms, sweep_res, sweep_dur = sys.argv[1:12]
+res, out, cmd, dur, thr, conns, idem, load0, fsync_ms, sweep_res, sweep_dur, replay_res = sys.argv[1:13]
 rows = [l.split() for l in open(res) if l.strip()]
 data = {(r[0], r[1]): r for r in rows}
 def cpu():
@@ -313,44 +336,43 @@ if px and disk:
     L.append("## What the disk costs (unique keys)\n")
     L.append("With %s connections each waiting for its answer, the mean time per request is "
              "connections / throughput: nginx-proxy %.2f ms, idem-lmdb %.2f ms%s. "
-             "A unique key needs two durable commits in series (the claim before the request goes "
-             "upstream, the answer before it goes back), and a durable LMDB commit is two device "
-             "flushes (the data pages, then the meta page); a 4 KiB write + fdatasync on this disk "
-             "takes %s ms, so each request waits for at least four flushes in series, about %.2f ms. "
+             "A unique key needs two durable writes in series (the claim before the request goes "
+             "upstream, the answer before it goes back); through the LMDB store's log each is one "
+             "device flush shared by its batch (a 4 KiB write + fdatasync on this disk takes %s ms). "
              "%s"
-             "0.8x nginx-proxy would need %.2f ms per request.\n" %
+             "0.75x nginx-proxy would need %.2f ms per request.\n" %
              (conns, px, disk,
               (", idem-lmdb-tmpfs %.2f ms (the difference, %.2f ms, is time spent waiting on the disk)" %
                (shm, disk - shm)) if shm else "",
-              fsync_ms, 4 * float(fsync_ms),
-              ("During the run idem-lmdb's commits held %.1f operations each and took %.2f ms inside "
-               "LMDB (idem_lmdb_* counters): the writer is never idle, so a claim or a complete waits "
-               "on average for half of the commit in progress, then for its own, twice per request: "
-               "about 3 x %.2f = %.2f ms. " % (commits("idem-lmdb") + (commits("idem-lmdb")[1],
-                                               3 * commits("idem-lmdb")[1])))
+              fsync_ms,
+              ("During the run idem-lmdb's log batches held %.1f operations each and took %.2f ms "
+               "to write and flush (idem_lmdb_* counters). " % commits("idem-lmdb"))
               if commits("idem-lmdb") else "",
-              px / 0.8))
+              px / 0.75))
 sweep = [l.split() for l in open(sweep_res) if l.strip()]
 if sweep:
     L.append("## Unique keys at more connections\n")
-    L.append("nginx-proxy and idem-lmdb alternating, %s per run; the ratio is taken within each "
-             "round (the two runs back to back), and the table gives medians.\n" % sweep_dur)
-    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | p50 ms, nginx-proxy / idem-lmdb | p99 ms, nginx-proxy / idem-lmdb | CPU µs per request, nginx-proxy / idem-lmdb (writer) | machine idle, nginx-proxy / idem-lmdb | idem-lmdb / nginx-proxy (per round) |")
-    L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    L.append("nginx-proxy, idem-lmdb and idem-memory alternating, %s per run; the ratio is taken "
+             "within each round (the runs back to back), and the table gives medians.\n" % sweep_dur)
+    L.append("| connections | nginx-proxy req/s | idem-lmdb req/s | p50 ms, nginx-proxy / idem-lmdb | p99 ms, nginx-proxy / idem-lmdb | CPU µs per request, nginx-proxy / idem-lmdb (writer) | machine idle, nginx-proxy / idem-lmdb | idem-lmdb / nginx-proxy (per round) | idem-memory / nginx-proxy (per round) |")
+    L.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
     for c in sorted({int(r[0]) for r in sweep}):
         rows = [r for r in sweep if int(r[0]) == c]
         px_r = {r[1]: float(r[3]) for r in rows if r[2] == "nginx-proxy"}
         lm = {r[1]: r for r in rows if r[2] == "idem-lmdb"}
         ratios = [float(lm[k][3]) / px_r[k] for k in px_r if k in lm and px_r[k] > 0]
+        mm = {r[1]: r for r in rows if r[2] == "idem-memory"}
+        mratios = [float(mm[k][3]) / px_r[k] for k in px_r if k in mm and px_r[k] > 0]
         med = lambda xs: statistics.median(xs) if xs else 0
         pxrows = [r for r in rows if r[2] == "nginx-proxy"]
         col = lambda rs, i: med([float(r[i]) for r in rs if len(r) > i])
-        L.append("| %d | %.0f | %.0f | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f (%.1f) | %.0f%% / %.0f%% | **%.2fx** (%s) |" % (
+        L.append("| %d | %.0f | %.0f | %.2f / %.2f | %.2f / %.2f | %.1f / %.1f (%.1f) | %.0f%% / %.0f%% | **%.2fx** (%s) | %.2fx (%s) |" % (
             c, med(list(px_r.values())), med([float(r[3]) for r in lm.values()]),
             col(pxrows, 4), col(lm.values(), 4), col(pxrows, 5), col(lm.values(), 5),
             col(pxrows, 9), col(lm.values(), 9), col(lm.values(), 10),
             col(pxrows, 11), col(lm.values(), 11),
-            med(ratios), ", ".join("%.2f" % x for x in ratios)))
+            med(ratios), ", ".join("%.2f" % x for x in ratios),
+            med(mratios), ", ".join("%.2f" % x for x in mratios)))
     L.append("")
     top = max(int(r[0]) for r in sweep)
     rows = [r for r in sweep if int(r[0]) == top and len(r) > 11]
@@ -362,12 +384,22 @@ if sweep:
         L.append("Where the CPU goes: at %d connections the machine was %.0f%% idle during idem-lmdb's "
                  "runs (%.0f%% during nginx-proxy's), so throughput there depends mostly on the CPU every "
                  "request costs on the two shared CPUs (wrk, the upstream and the proxy). idem-lmdb "
-                 "spent %.1f µs per request, %.1f of them in its LMDB writer thread (the B-tree work, "
-                 "copying the dirty pages into the page cache and submitting them to the disk); "
+                 "spent %.1f µs per request, %.1f of them in its LMDB writer thread (applying batches, writing "
+                 "and flushing the log; the checkpointer's B-tree work counts in the process total); "
                  "nginx-proxy spent %.1f µs, and idem-memory %s µs in the 64-connection run above.\n" % (
                      top, med(float(r[11]) for r in lm), med(float(r[11]) for r in pxr),
                      med(float(r[9]) for r in lm), med(float(r[10]) for r in lm),
                      med(float(r[9]) for r in pxr), mem[14]))
+rp = [l.split() for l in open(replay_res) if l.strip()]
+if rp:
+    pxr = {r[1]: float(r[3]) for r in rp if r[2] == "nginx-proxy"}
+    lmr = {r[1]: float(r[3]) for r in rp if r[2] == "idem-lmdb"}
+    rr = [lmr[k] / pxr[k] for k in pxr if k in lmr and pxr[k] > 0]
+    L.append("## Replays, paired\n")
+    L.append("nginx-proxy and idem-lmdb alternating at %s connections, %s per run: idem-lmdb "
+             "replays at **%.2fx** nginx-proxy's req/s (median of the ratios within each round: %s).\n" % (
+                 conns, sweep_dur, statistics.median(rr) if rr else 0,
+                 ", ".join("%.2f" % x for x in rr)))
 L.append("All servers and wrk share the same %d CPUs; on a shared machine the figures move "
          "with the neighbours' load, so compare rows of one run, not runs.\n" % os.cpu_count())
 open(out, "w").write("\n".join(L))

@@ -8,8 +8,14 @@
  * list are answered from a read snapshot on the caller's thread without
  * waiting for the writer. Everything else goes to lmdb_writer.c.
  *
- * Layout of an environment (a directory holding data.mdb and lock.mdb):
- *   meta     "format" -> "idem-lmdb" and a 4-byte big-endian format version
+ * With the log, a claim or get is first looked up in the overlay (records
+ * the log holds ahead of LMDB), and a list waits for LMDB to catch up; in a
+ * process that does not own the log, everything goes to the writer.
+ *
+ * Layout of an environment (a directory holding data.mdb, lock.mdb and
+ * idem.log, lmdb_log.c):
+ *   meta     "format" -> "idem-lmdb" and a 4-byte big-endian format version;
+ *            "logseq" -> the last log batch LMDB holds (8 bytes, big-endian)
  *   records  scoped key (core/scoped_key.h) -> idem_record_encode() bytes
  *   expiry   8-byte expires_at -> scoped keys, DUPSORT (lmdb_sweep.c)
  */
@@ -35,6 +41,7 @@ static const lmdb_options default_options = {
     .sweep_interval_ms = 5000,
     .sweep_batch = 1000,
     .create = 1,
+    .log = 1,
 };
 
 typedef struct {
@@ -104,9 +111,15 @@ static int parse_option(const char *name, const char *value, lmdb_options *opt,
       opt->create = !strcmp(value, "yes");
     else
       want = "yes or no";
+  } else if (!strcmp(name, "log")) {
+    if (!strcmp(value, "on") || !strcmp(value, "off"))
+      opt->log = !strcmp(value, "on");
+    else
+      want = "on or off";
   } else {
     return fail(errmsg, IDEM_EURI,
-                "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch, create)",
+                "lmdb: unknown option '%s' (known: map_size, batch, sweep_interval, sweep_batch, "
+                "create, log)",
                 name);
   }
   return want ? fail(errmsg, IDEM_EURI, "lmdb: %s '%s': want %s", name, value, want) : 0;
@@ -172,7 +185,8 @@ static int prepare_dir(const char *path, int create, char **errmsg) {
   int has_data = 0, has_other = 0;
   struct dirent *d;
   while ((d = readdir(dir)) != NULL) {
-    if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, "..") || !strcmp(d->d_name, "lock.mdb"))
+    if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, "..") || !strcmp(d->d_name, "lock.mdb") ||
+        !strcmp(d->d_name, "idem.log"))
       continue;
     if (!strcmp(d->d_name, "data.mdb"))
       has_data = 1;
@@ -270,6 +284,7 @@ out:
 }
 
 static void env_free(lmdb_env *e) {
+  lmdb_log_close(e);
   if (e->env)
     mdb_env_close(e->env);
   pthread_rwlock_destroy(&e->map_lock);
@@ -286,6 +301,7 @@ static int env_open(const char *real, const lmdb_options *opt, lmdb_env **out, c
     return IDEM_ENOMEM;
   }
   e->opt = *opt;
+  e->log_fd = -1;
   int rc = mdb_env_create(&e->env);
   if (rc) {
     e->env = NULL;
@@ -308,6 +324,8 @@ static int env_open(const char *real, const lmdb_options *opt, lmdb_env **out, c
     mdb_reader_check(e->env, &dead); /* slots of processes that died holding a snapshot */
     err = open_dbs(e, errmsg);
   }
+  if (!err)
+    err = lmdb_log_open(e, errmsg);
   if (!err && (err = lmdb_writer_start(e)) != 0)
     fail(errmsg, err, "lmdb: '%s': cannot start the writer thread", real);
   if (err) {
@@ -388,25 +406,20 @@ static int is_live(const idem_record *rec, int64_t now) {
   return rec->state != IDEM_STATE_UNSEEN && now < rec->expires_at;
 }
 
-/* Claim or get from the snapshot. Returns 1 when answered, 0 when the
- * writer must decide (a claim that writes), or an MDB error. */
-static int read_one(lmdb_handle *h, idem_req *req) {
+/* Claim or get against the record stored as v (NULL: none). Returns 1 when
+ * answered, 0 when the writer must decide (a claim that writes). */
+static int read_record(lmdb_env *e, idem_req *req, const MDB_val *v) {
   const idem_op *op = &req->op;
   idem_result *res = &req->result;
-  unsigned char skey[IDEM_SCOPED_KEY_MAX];
-  MDB_val k = {idem_scoped_key_encode(op->scope, op->key, skey), skey}, v;
   idem_record cur, *curp = NULL;
-  int rc = mdb_get(h->rtxn, h->env->records, &k, &v);
-  if (rc == 0) {
-    int err = idem_record_decode(v.mv_data, v.mv_size, &cur);
+  if (v) {
+    int err = idem_record_decode(v->mv_data, v->mv_size, &cur);
     if (err) {
-      atomic_fetch_add(&h->env->errors_store, 1);
+      atomic_fetch_add(&e->errors_store, 1);
       res->err = err;
       return 1;
     }
     curp = &cur;
-  } else if (rc != MDB_NOTFOUND) {
-    return rc;
   }
   idem_record next;
   int write = idem_transition(curp, op, idem_now_ms(), &next, res);
@@ -426,12 +439,37 @@ static int read_one(lmdb_handle *h, idem_req *req) {
   return 1;
 }
 
+/* Claim or get from the snapshot: read_record's answer, or an MDB error. */
+static int read_one(lmdb_handle *h, idem_req *req) {
+  const idem_op *op = &req->op;
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  MDB_val k = {idem_scoped_key_encode(op->scope, op->key, skey), skey}, v;
+  int rc = mdb_get(h->rtxn, h->env->records, &k, &v);
+  if (rc && rc != MDB_NOTFOUND)
+    return rc;
+  return read_record(h->env, req, rc ? NULL : &v);
+}
+
+/* The overlay's answer for a claim or get (the log holds the key ahead of
+ * LMDB): 1 answered, 0 for the writer, -1 when the overlay lacks the key. */
+static int read_overlay(lmdb_env *e, idem_req *req) {
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(req->op.scope, req->op.key, skey);
+  lmdb_blob *b = lmdb_overlay_get(&e->ov, skey, klen);
+  if (!b)
+    return -1;
+  MDB_val v = {b->len, b->data};
+  int rc = read_record(e, req, b->del ? NULL : &v);
+  lmdb_blob_unref(b);
+  return rc;
+}
+
 /* Live records in scoped-key order after (op.scope, op.key), as memory: does. */
-static int read_list(lmdb_handle *h, idem_req *req) {
+int lmdb_read_list(lmdb_env *e, MDB_txn *txn, idem_req *req) {
   const idem_op *op = &req->op;
   idem_result *res = &req->result;
   MDB_cursor *cur;
-  int rc = mdb_cursor_open(h->rtxn, h->env->records, &cur);
+  int rc = mdb_cursor_open(txn, e->records, &cur);
   if (rc)
     return rc;
   unsigned char start[IDEM_SCOPED_KEY_MAX];
@@ -461,7 +499,7 @@ static int read_list(lmdb_handle *h, idem_req *req) {
     idem_record rec;
     if (idem_scoped_key_decode(kp, k.mv_size, scope, key) ||
         idem_record_decode(v.mv_data, v.mv_size, &rec)) {
-      atomic_fetch_add(&h->env->errors_store, 1); /* shown by keys get as corrupt */
+      atomic_fetch_add(&e->errors_store, 1); /* shown by keys get as corrupt */
       continue;
     }
     if (is_live(&rec, now) && (err = idem_result_add_record(res, &rec, scope, key)) != 0)
@@ -481,21 +519,33 @@ static void lmdb_submit(idem_store *store, idem_req *req) {
   lmdb_handle *h = store->impl;
   lmdb_env *e = h->env;
   idem_op_kind kind = req->op.kind;
-  if (kind != IDEM_OP_CLAIM && kind != IDEM_OP_GET && kind != IDEM_OP_LIST) {
+  int mode = atomic_load(&e->mode);
+  /* a guest's snapshot may miss what the owning process's log holds */
+  if ((kind != IDEM_OP_CLAIM && kind != IDEM_OP_GET && kind != IDEM_OP_LIST) ||
+      mode == LMDB_GUEST) {
     lmdb_writer_enqueue(e, req);
     return;
   }
-  lmdb_map_hold(e);
-  int rc = read_begin(h);
-  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
-    rc = read_begin(h);
-  if (rc == 0) {
-    rc = kind == IDEM_OP_LIST ? read_list(h, req) : read_one(h, req);
-    if (kind == IDEM_OP_LIST && rc == 0)
-      rc = 1;
-    mdb_txn_reset(h->rtxn);
+  int rc = -1;
+  if (mode == LMDB_OWNER && kind != IDEM_OP_LIST)
+    rc = read_overlay(e, req);
+  else if (mode == LMDB_OWNER && lmdb_ckpt_sync(e) != 0) {
+    lmdb_writer_enqueue(e, req); /* LMDB cannot catch up: the writer fails it */
+    return;
   }
-  lmdb_map_release(e);
+  if (rc < 0) { /* not in the overlay (a miss there means LMDB has it) */
+    lmdb_map_hold(e);
+    rc = read_begin(h);
+    if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
+      rc = read_begin(h);
+    if (rc == 0) {
+      rc = kind == IDEM_OP_LIST ? lmdb_read_list(e, h->rtxn, req) : read_one(h, req);
+      if (kind == IDEM_OP_LIST && rc == 0)
+        rc = 1;
+      mdb_txn_reset(h->rtxn);
+    }
+    lmdb_map_release(e);
+  }
   if (rc == 0) {
     lmdb_writer_enqueue(e, req); /* a claim that writes: the writer re-reads */
   } else if (rc == 1) {
@@ -520,6 +570,10 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   out->swept = atomic_load(&e->swept);
   out->errors_full = atomic_load(&e->errors_full);
   out->errors_store = atomic_load(&e->errors_store);
+  out->checkpoints = atomic_load(&e->checkpoints);
+  out->checkpoint_us = atomic_load(&e->checkpoint_us);
+  out->log_resets = atomic_load(&e->log_resets);
+  out->logged = e->log_fd >= 0;
   return 0;
 }
 

@@ -10,7 +10,7 @@
 #include "idem/idem.h"
 
 typedef struct {
-  uint64_t commits;      /* durable write transactions committed */
+  uint64_t commits;      /* durable batches: log flushes, and direct LMDB commits */
   uint64_t ops_written;  /* operations applied by those commits */
   uint64_t ops_read;     /* operations answered from a read snapshot alone */
   uint64_t max_batch;    /* most operations in one commit so far */
@@ -20,6 +20,10 @@ typedef struct {
   uint64_t swept;        /* expired records deleted by the sweeper and gc */
   uint64_t errors_full;  /* operations refused with IDEM_EFULL (map or disk full) */
   uint64_t errors_store; /* operations failed with IDEM_ESTORE or IDEM_ECORRUPT */
+  uint64_t checkpoints;  /* LMDB commits copying the log's records in, behind it */
+  uint64_t checkpoint_us; /* time spent in them, us */
+  uint64_t log_resets;   /* times the log started over, LMDB holding all of it */
+  int logged;            /* 1: this store writes through the log (log=on) */
 } idem_lmdb_stats;
 
 /* Counters of the environment behind an lmdb: store handle (shared by every

@@ -1,14 +1,27 @@
 /*
  * lmdb_env.c - what every part of the LMDB store does with an environment
  * it shares: hold its map around a transaction, adopt a map another process
- * grew, and turn an MDB error into an IDEM_E code. lmdb.c (the handles and
- * the read path), lmdb_writer.c and lmdb_sweep.c use these; this file uses
- * none of them.
+ * grew, turn an MDB error into an IDEM_E code; and the clock and result
+ * reset they share. lmdb.c (the handles and the read path), the writer,
+ * checkpointer, log and sweep files use these; this file uses none of them.
  */
 #include <errno.h>
+#include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 
 #include "store/lmdb_env.h"
+
+int64_t lmdb_mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void lmdb_result_reset(idem_req *req) {
+  idem_result_clear(&req->result);
+  memset(&req->result, 0, sizeof req->result);
+}
 
 int lmdb_map_lock_init(pthread_rwlock_t *l) {
   pthread_rwlockattr_t attr;
@@ -37,6 +50,16 @@ int lmdb_map_adopt(lmdb_env *e) {
     e->opt.map_size = info.me_mapsize;
   pthread_rwlock_unlock(&e->map_lock);
   pthread_rwlock_rdlock(&e->map_lock);
+  return rc;
+}
+
+int lmdb_write_begin(lmdb_env *e, MDB_txn **txn) {
+  lmdb_map_hold(e);
+  int rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
+    rc = mdb_txn_begin(e->env, NULL, 0, txn);
+  if (rc)
+    lmdb_map_release(e);
   return rc;
 }
 

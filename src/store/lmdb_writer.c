@@ -2,12 +2,26 @@
  * lmdb_writer.c - the one writer thread of an LMDB environment: group commit.
  *
  * Handles on any loop queue their writes here. Each turn the writer takes
- * everything queued (up to batch_max), applies it in one write transaction,
- * commits it (LMDB's default: data pages, fsync, meta page, fsync) and only
- * then finishes the reqs, so nothing is acknowledged before it is on disk and
- * the cost of one fsync is shared by every request that arrived while the
- * previous one ran. The writer re-reads each record inside the transaction
- * and re-runs idem_transition: the caller's read snapshot may be stale.
+ * everything queued (up to batch_max) and makes it durable in one of two
+ * ways before it finishes any of the reqs, so the cost of one flush is
+ * shared by every request that arrived while the previous one ran:
+ *
+ * - log mode (the owner of the log, room in the map): log_batch applies the
+ *   batch against the overlay and a read snapshot of LMDB, appends the new
+ *   record states to the log with one write and one fdatasync (lmdb_log.c),
+ *   promotes them in the overlay and hands every loop its results with one
+ *   wake-up. LMDB gets them later from the checkpointer (lmdb_ckpt.c). The
+ *   writer alone removes overlay entries LMDB holds (at the start of a
+ *   batch, before its snapshot), so a miss in the overlay means the
+ *   snapshot has the record.
+ * - direct mode (log=off, near a full map, a huge batch, a broken log):
+ *   apply_batch applies it in one write transaction and commits it (LMDB's
+ *   default: data pages, fsync, meta page, fsync), after LMDB has caught up
+ *   with the log. What follows about full maps and the measurements below
+ *   are about this mode, the only one before the log.
+ *
+ * Either way the writer re-reads each record and re-runs idem_transition:
+ * the caller's read snapshot may be stale.
  *
  * Gathering: right after a commit, the callers it acknowledged are busy
  * running callbacks and most will submit again within microseconds. Had the
@@ -104,6 +118,10 @@
 #include "core/scoped_key.h"
 #include "store/lmdb_env.h"
 
+/* how often an idle owner looks for a process asking for the log */
+#define OWNER_POLL_MS 20
+#define OWN_MIN_MS 20
+
 #define PREALLOC_AHEAD (UINT64_C(4) << 20)
 #define PREALLOC_STEP (UINT64_C(1) << 20)
 
@@ -111,23 +129,12 @@
 #define GATHER_SHARE 4
 #define GATHER_MAX_US 2000
 
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t mono_ms(void) { return mono_us() / 1000; }
+static int64_t mono_ms(void) { return lmdb_mono_us() / 1000; }
 
 /* Wait on the writer's condition until the monotonic time `until` (us). */
 static void wait_until_us(lmdb_env *e, int64_t until) {
   struct timespec ts = {.tv_sec = until / 1000000, .tv_nsec = (until % 1000000) * 1000};
   pthread_cond_timedwait(&e->wake, &e->lock, &ts);
-}
-
-static void reset_result(idem_req *req) {
-  idem_result_clear(&req->result);
-  memset(&req->result, 0, sizeof req->result);
 }
 
 static int scratch_reserve(lmdb_env *e, size_t len) {
@@ -142,18 +149,6 @@ static int scratch_reserve(lmdb_env *e, size_t len) {
   e->scratch = p;
   e->scratch_cap = cap;
   return 0;
-}
-
-/* Begin a write transaction holding the map (release it after the commit
- * or abort); adopts a map another process grew. */
-static int write_begin(lmdb_env *e, MDB_txn **txn) {
-  lmdb_map_hold(e);
-  int rc = mdb_txn_begin(e->env, NULL, 0, txn);
-  if (rc == MDB_MAP_RESIZED && (rc = lmdb_map_adopt(e)) == 0)
-    rc = mdb_txn_begin(e->env, NULL, 0, txn);
-  if (rc)
-    lmdb_map_release(e);
-  return rc;
 }
 
 /* Apply one operation inside txn. Outcomes that belong to the request (stale
@@ -200,7 +195,7 @@ static int apply_one(lmdb_env *e, MDB_txn *txn, idem_req *req, int64_t now) {
     const idem_record *shown = res->record;
     res->record = NULL;
     if (idem_result_set_record(res, shown, op->scope, op->key)) {
-      reset_result(req);
+      lmdb_result_reset(req);
       res->err = IDEM_ENOMEM;
       return 0;
     }
@@ -210,7 +205,7 @@ static int apply_one(lmdb_env *e, MDB_txn *txn, idem_req *req, int64_t now) {
   /* encode before touching the map: next borrows from cur */
   size_t len = idem_record_encoded_len(&next);
   if (scratch_reserve(e, len)) {
-    reset_result(req);
+    lmdb_result_reset(req);
     res->err = IDEM_ENOMEM;
     return 0;
   }
@@ -227,15 +222,15 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   memset(e->refused, 0, n);
   for (;;) {
     MDB_txn *txn;
-    int64_t t0 = mono_us();
-    int rc = write_begin(e, &txn);
+    int64_t t0 = lmdb_mono_us();
+    int rc = lmdb_write_begin(e, &txn);
     size_t i = 0;
     if (rc == 0) {
       int64_t now = idem_now_ms();
       for (; i < n; i++) {
         if (e->refused[i])
           continue;
-        reset_result(reqs[i]);
+        lmdb_result_reset(reqs[i]);
         if ((rc = apply_one(e, txn, reqs[i], now)) != 0)
           break;
       }
@@ -248,10 +243,10 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
         continue;
       }
       if (rc == 0) {
-        int64_t t1 = mono_us();
+        int64_t t1 = lmdb_mono_us();
         atomic_fetch_add(&e->apply_us, (uint64_t)(t1 - t0));
         rc = mdb_txn_commit(txn); /* frees txn, whatever it returns */
-        atomic_fetch_add(&e->commit_us, (uint64_t)(mono_us() - t1));
+        atomic_fetch_add(&e->commit_us, (uint64_t)(lmdb_mono_us() - t1));
       } else
         mdb_txn_abort(txn);
       lmdb_map_release(e);
@@ -264,19 +259,41 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
       return;
     }
     size_t done = 0;
-    int64_t t2 = mono_us();
+    int64_t t2 = lmdb_mono_us();
     for (i = 0; i < n; i++)
       if (!e->refused[i]) {
         idem_req_finish(reqs[i]);
         done++;
       }
-    atomic_fetch_add(&e->handback_us, (uint64_t)(mono_us() - t2));
+    atomic_fetch_add(&e->handback_us, (uint64_t)(lmdb_mono_us() - t2));
     atomic_fetch_add(&e->commits, 1);
     atomic_fetch_add(&e->ops_written, done);
     if (done > atomic_load(&e->max_batch))
       atomic_store(&e->max_batch, done);
     return;
   }
+}
+
+/* A batch in whichever mode fits it (see lmdb_env.h). */
+static void run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
+  if (e->log_fd >= 0)
+    n = lmdb_serve_lists(e, reqs, n);
+  if (!n)
+    return;
+  int owner = atomic_load(&e->mode) == LMDB_OWNER;
+  if (owner && !e->log_broken && !atomic_load(&e->ck_err) && lmdb_log_has_room(e, reqs, n)) {
+    lmdb_log_run_batch(e, reqs, n);
+    return;
+  }
+  if (owner) { /* direct, after LMDB holds everything the log does */
+    int err = lmdb_ckpt_sync(e);
+    if (err) {
+      lmdb_finish_all(e, reqs, n, err);
+      return;
+    }
+    lmdb_overlay_prune(&e->ov, atomic_load(&e->ck_seq));
+  }
+  apply_batch(e, reqs, n);
 }
 
 /* Keep zeroed space past the last used page (see the top); one step per
@@ -328,7 +345,7 @@ static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
   MDB_txn *txn;
   *deleted = 0;
   *more = 0;
-  int rc = write_begin(e, &txn);
+  int rc = lmdb_write_begin(e, &txn);
   if (rc)
     return lmdb_error(e, rc);
   rc = lmdb_sweep(e, txn, idem_now_ms(), limit, deleted, more);
@@ -347,12 +364,16 @@ static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
 
 /* Serve one chunk of the oldest IDEM_OP_GC request; finish it when done. */
 static void gc_step(lmdb_env *e, idem_req *gc) {
+  /* what the log holds ahead of LMDB may have expired too */
+  int cerr = e->log_fd >= 0 ? lmdb_ckpt_sync(e) : 0;
   size_t limit = gc->op.limit ? gc->op.limit : 1000;
   size_t want = limit - gc->result.count, deleted;
   if (want > e->opt.sweep_batch)
     want = e->opt.sweep_batch;
-  int more;
-  int err = sweep_chunk(e, want, &deleted, &more);
+  int more = 0;
+  int err = cerr ? cerr : sweep_chunk(e, want, &deleted, &more);
+  if (cerr)
+    deleted = 0;
   gc->result.count += deleted;
   if (!err && more && gc->result.count < limit)
     return; /* next turn */
@@ -363,6 +384,15 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
     idem_req_fail(gc, err);
   else
     idem_req_finish(gc);
+}
+
+/* Another process asks for the log, and this one has had it long enough
+ * to have served a few batches: processes that write at once then take
+ * turns of OWN_MIN_MS rather than of one batch (each turn costs a
+ * checkpoint). */
+static int handover_due(lmdb_env *e) {
+  return atomic_load(&e->mode) == LMDB_OWNER && mono_ms() - e->owned_since >= OWN_MIN_MS &&
+         lmdb_log_requested(e);
 }
 
 static void *writer_main(void *arg) {
@@ -383,25 +413,40 @@ static void *writer_main(void *arg) {
       int dead;
       mdb_reader_check(e->env, &dead);
     }
+    int asked = 0;
     while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !sweeping &&
            !e->stopping) {
       e->wake_at = 1;
-      if (!interval) {
+      int owner = atomic_load(&e->mode) == LMDB_OWNER;
+      if (!interval && !owner) {
         pthread_cond_wait(&e->wake, &e->lock);
         continue;
       }
-      if (mono_ms() >= next_sweep)
+      if (interval && mono_ms() >= next_sweep)
         break; /* the sweep is due: the top of the loop starts it */
-      wait_until_us(e, next_sweep * 1000);
+      int64_t until = interval ? next_sweep * 1000 : INT64_MAX;
+      if (owner && lmdb_mono_us() + OWNER_POLL_MS * 1000 < until)
+        until = lmdb_mono_us() + OWNER_POLL_MS * 1000;
+      wait_until_us(e, until);
+      if (owner && handover_due(e)) {
+        asked = 1; /* another process waits for the log */
+        break;
+      }
+    }
+    if (asked) {
+      pthread_mutex_unlock(&e->lock);
+      lmdb_log_yield(e);
+      pthread_mutex_lock(&e->lock);
+      continue;
     }
     if (e->stopping && idem_queue_empty(&e->queue))
       break;
     /* gather the callers the last commit acknowledged (see the top) */
     if (e->queue_len && e->queue_len < last_batch && !e->stopping) {
       int64_t window = last_commit_us / GATHER_SHARE;
-      int64_t until = mono_us() + (window < GATHER_MAX_US ? window : GATHER_MAX_US);
+      int64_t until = lmdb_mono_us() + (window < GATHER_MAX_US ? window : GATHER_MAX_US);
       e->wake_at = last_batch < e->opt.batch_max ? last_batch : e->opt.batch_max;
-      while (e->queue_len < e->wake_at && !e->stopping && mono_us() < until)
+      while (e->queue_len < e->wake_at && !e->stopping && lmdb_mono_us() < until)
         wait_until_us(e, until);
     }
     e->wake_at = SIZE_MAX; /* busy: enqueue need not signal */
@@ -412,10 +457,25 @@ static void *writer_main(void *arg) {
     idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
 
+    if ((n || gc) && atomic_load(&e->mode) == LMDB_GUEST) {
+      int err = lmdb_log_acquire(e); /* waits for the owning process */
+      e->owned_since = mono_ms();
+      if (err) {
+        lmdb_finish_all(e, e->batch, n, err);
+        n = 0;
+        if (gc) {
+          pthread_mutex_lock(&e->lock);
+          idem_queue_remove(&gc->node);
+          pthread_mutex_unlock(&e->lock);
+          idem_req_fail(gc, err);
+          gc = NULL;
+        }
+      }
+    }
     if (n) {
-      int64_t t0 = mono_us();
-      apply_batch(e, e->batch, n);
-      last_commit_us = mono_us() - t0;
+      int64_t t0 = lmdb_mono_us();
+      run_batch(e, e->batch, n);
+      last_commit_us = lmdb_mono_us() - t0;
       last_batch = n;
       prealloc_step(e);
     }
@@ -429,8 +489,13 @@ static void *writer_main(void *arg) {
         next_sweep = mono_ms() + interval;
       }
     }
+    if (handover_due(e))
+      lmdb_log_yield(e);
     pthread_mutex_lock(&e->lock);
   }
+  if (atomic_load(&e->mode) == LMDB_OWNER)
+    lmdb_ckpt_sync(e); /* not needed for safety (the log is replayed), but a
+                          closed store's LMDB is then whole for other programs */
   /* closing: a gc request still running reports what it deleted so far */
   idem_queue gcs;
   idem_queue_move(&e->gc, &gcs);
@@ -447,28 +512,35 @@ int lmdb_writer_start(lmdb_env *e) {
   idem_queue_init(&e->gc);
   e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
   e->refused = calloc(e->opt.batch_max, 1);
-  if (!e->batch || !e->refused)
+  e->staged = calloc(e->opt.batch_max, sizeof *e->staged);
+  if (!e->batch || !e->refused || !e->staged)
+    goto fail;
+  if (e->log_fd >= 0 && lmdb_ckpt_start(e))
     goto fail;
   if (pthread_mutex_init(&e->lock, NULL))
-    goto fail;
+    goto fail_ckpt;
   if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
       pthread_cond_init(&e->wake, &attr)) {
     pthread_mutex_destroy(&e->lock);
-    goto fail;
+    goto fail_ckpt;
   }
   pthread_condattr_destroy(&attr);
   e->wake_at = 1;
   if (pthread_create(&e->writer, NULL, writer_main, e)) {
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
-    goto fail;
+    goto fail_ckpt;
   }
   return 0;
+fail_ckpt:
+  lmdb_ckpt_stop(e);
 fail:
   free(e->batch);
   free(e->refused);
+  free(e->staged);
   e->batch = NULL;
   e->refused = NULL;
+  e->staged = NULL;
   return IDEM_ENOMEM;
 }
 
@@ -496,7 +568,12 @@ void lmdb_writer_stop(lmdb_env *e) {
   pthread_join(e->writer, NULL);
   pthread_cond_destroy(&e->wake);
   pthread_mutex_destroy(&e->lock);
+  lmdb_ckpt_stop(e);
+  if (e->wrtxn)
+    mdb_txn_abort(e->wrtxn);
+  e->wrtxn = NULL;
   free(e->batch);
   free(e->refused);
+  free(e->staged);
   free(e->scratch);
 }

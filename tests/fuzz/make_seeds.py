@@ -55,6 +55,37 @@ KEYS = {
 }
 
 
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def log_batch(seq, entries):
+    """One batch of the LMDB store's log (src/store/lmdb_logfmt.h): entries
+    are (kind, scoped key, value); kind 1 put, 2 delete."""
+    payload = b"".join(struct.pack("<BHIq", k, len(key), len(val), 1 << 50) + key + val
+                       for k, key, val in entries)
+    head = struct.pack("<4sIQI", b"IDLB", len(payload), seq, len(entries))
+    return head + struct.pack("<I", crc32c(head + payload, 0)) + payload
+
+
+def skey(scope, key):
+    return bytes([len(scope)]) + scope + key
+
+
+# fuzz_lmdb_log puts a valid file header before its input: seeds are batches
+LOG = {
+    "one": log_batch(1, [(1, skey(b"", b"order-1"), RECORDS["completed"])]),
+    "two": log_batch(5, [(1, skey(b"t", b"a"), RECORDS["processing"]), (2, skey(b"", b"b"), b"")])
+    + log_batch(6, [(1, skey(b"", b"c"), RECORDS["failed"])]),
+    "stale": log_batch(9, [(2, skey(b"", b"x"), b"")]) + log_batch(4, [(2, skey(b"", b"y"), b"")]),
+}
+
+
 def write(target, seeds):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
@@ -66,3 +97,4 @@ def write(target, seeds):
 write("fuzz_record_decode", RECORDS)
 write("fuzz_json", JSON)
 write("fuzz_key_parse", KEYS)
+write("fuzz_lmdb_log", LOG)

@@ -4,13 +4,18 @@
  *   lmdb_crash DIR [CYCLES]
  *
  * Each cycle starts a child (this binary, --child) that claims and completes
- * records with 64 in flight and writes each key to a pipe only after its
- * complete was acknowledged. The parent kills it with SIGKILL at a random
- * moment (mostly mid-traffic: mid-batch, mid-commit; sometimes during open),
- * then reopens the store and checks that every acknowledged key is completed,
- * decodes and holds the body the child wrote, and that the store still takes
- * writes. At the end every key of every cycle is checked again. Exit 0 when
- * nothing was lost.
+ * records with 64 in flight and writes each key to a pipe once its claim was
+ * acknowledged ("C key") and once its complete was ("D key"). The parent
+ * kills it with SIGKILL at a random moment (mostly mid-traffic: mid-batch,
+ * mid-append to the log or mid-commit, mid-checkpoint, as the checkpointer
+ * runs every 50 ms behind the log; sometimes during open and replay), then
+ * reopens the store and checks that every completed key is completed,
+ * decodes and holds the body the child wrote, that claiming it again
+ * replays it, that a key whose claim alone was acknowledged cannot be
+ * claimed again (its lease is an hour: a second claim would be a duplicate
+ * execution), and that the store still takes writes. At the end every key
+ * of every cycle is checked again. Exit 0 when nothing was lost and nothing
+ * could run twice.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +35,7 @@
 
 #define IN_FLIGHT 64
 #define TTL_MS (24 * 3600 * 1000)
+#define LEASE_MS (3600 * 1000)
 #define BODY_MAX 3000
 
 /* The body of a key: deterministic, of a size between 1 and BODY_MAX, so
@@ -71,16 +77,21 @@ static void die(const char *what, int err) {
   _exit(3);
 }
 
+/* One short write per line: atomic on a pipe, so the parent never sees
+ * half a key. */
+static void report(child_slot *s, char what) {
+  char line[80];
+  int n = snprintf(line, sizeof line, "%c %s\n", what, s->key);
+  if (write(s->ctx->fd, line, (size_t)n) != n)
+    _exit(4);
+}
+
 static void on_completed(idem_store *store, const idem_result *res, void *arg) {
   (void)store;
   child_slot *s = arg;
   if (res->err)
     die("complete", res->err);
-  char line[80];
-  int n = snprintf(line, sizeof line, "%s\n", s->key);
-  /* one short write: atomic on a pipe, so the parent never sees half a key */
-  if (write(s->ctx->fd, line, (size_t)n) != n)
-    _exit(4);
+  report(s, 'D');
   child_claim(s);
 }
 
@@ -90,6 +101,7 @@ static void on_claimed(idem_store *store, const idem_result *res, void *arg) {
     die("claim", res->err);
   if (res->outcome != IDEM_CLAIMED)
     die("claim outcome", IDEM_EINVAL);
+  report(s, 'C');
   idem_op op = {.kind = IDEM_OP_COMPLETE, .key = s->key, .fence = res->fence, .ttl_ms = TTL_MS};
   op.response.status = 200;
   op.response.body = s->body;
@@ -101,7 +113,7 @@ static void on_claimed(idem_store *store, const idem_result *res, void *arg) {
 
 static void child_claim(child_slot *s) {
   snprintf(s->key, sizeof s->key, "%s-%lu", s->ctx->prefix, s->ctx->next++);
-  idem_op op = {.kind = IDEM_OP_CLAIM, .key = s->key, .lease_ms = 60000, .ttl_ms = TTL_MS};
+  idem_op op = {.kind = IDEM_OP_CLAIM, .key = s->key, .lease_ms = LEASE_MS, .ttl_ms = TTL_MS};
   fingerprint_of(s->key, op.fingerprint);
   int err = idem_store_submit(s->ctx->store, &op, on_claimed, s);
   if (err)
@@ -150,12 +162,18 @@ static int64_t mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Append the complete lines in buf to l; keep a partial tail. */
-static void take_lines(char *buf, size_t *len, key_list *l) {
+typedef struct {
+  key_list done;    /* completes acknowledged */
+  key_list claimed; /* claims acknowledged */
+} acked_keys;
+
+/* Append the complete lines in buf to their lists; keep a partial tail. */
+static void take_lines(char *buf, size_t *len, acked_keys *a) {
   size_t start = 0;
   for (size_t i = 0; i < *len; i++)
     if (buf[i] == '\n') {
-      add_key(l, buf + start, i - start);
+      if (i - start > 2)
+        add_key(buf[start] == 'D' ? &a->done : &a->claimed, buf + start + 2, i - start - 2);
       start = i + 1;
     }
   memmove(buf, buf + start, *len - start);
@@ -183,8 +201,26 @@ static int check_key(idem_sync *s, const char *key) {
   return ok;
 }
 
-/* The store opens, every acknowledged key is there, and it takes a write. */
-static int verify(const char *uri, key_list *acked, size_t from, int cycle) {
+/* Claiming key again must not hand it out: a completed key replays, a key
+ * claimed under its hour-long lease is busy (or replays, when its complete
+ * became durable just before the kill). */
+static int check_claim(idem_sync *s, const char *key, int completed) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .key = key, .lease_ms = LEASE_MS, .ttl_ms = TTL_MS};
+  fingerprint_of(key, op.fingerprint);
+  idem_result res;
+  int err = idem_sync_run(s, &op, &res);
+  int ok = !err && (res.outcome == IDEM_REPLAY || (!completed && res.outcome == IDEM_BUSY));
+  if (!ok)
+    fprintf(stderr, "%s: %s claimed again: %s\n", err ? "LOST" : "DUPLICATE", key,
+            err ? idem_strerror(err) : idem_outcome_name(res.outcome));
+  idem_result_clear(&res);
+  return ok;
+}
+
+/* The store opens, every acknowledged key is there, none can be claimed
+ * again, and it takes a write. */
+static int verify(const char *uri, acked_keys *a, size_t from_done, size_t from_claimed,
+                  int cycle) {
   idem_sync *s;
   char *msg = NULL;
   int err = idem_sync_open(uri, &s, &msg);
@@ -195,8 +231,10 @@ static int verify(const char *uri, key_list *acked, size_t from, int cycle) {
     return 0;
   }
   size_t bad = 0;
-  for (size_t i = from; i < acked->n; i++)
-    bad += !check_key(s, acked->keys[i]);
+  for (size_t i = from_done; i < a->done.n; i++)
+    bad += !check_key(s, a->done.keys[i]) + !check_claim(s, a->done.keys[i], 1);
+  for (size_t i = from_claimed; i < a->claimed.n; i++)
+    bad += !check_claim(s, a->claimed.keys[i], 0);
   char key[64];
   snprintf(key, sizeof key, "probe-%d", cycle);
   idem_op op = {.kind = IDEM_OP_CLAIM, .key = key, .lease_ms = 1000, .ttl_ms = TTL_MS};
@@ -220,7 +258,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: lmdb_crash DIR [CYCLES]\n");
     return 2;
   }
-  int cycles = argc == 3 ? atoi(argv[2]) : 60;
+  int cycles = argc == 3 ? atoi(argv[2]) : 100;
   char uri[4096];
   snprintf(uri, sizeof uri, "lmdb:%s/crash-store", argv[1]);
   unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
@@ -230,7 +268,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
   srand(seed);
 
-  key_list acked = {0};
+  acked_keys acked = {0};
   int64_t started = mono_ms();
   int failed = 0, killed_before_ack = 0, kills = 0;
   for (int cycle = 0; cycle < cycles && !failed; cycle++) {
@@ -254,7 +292,7 @@ int main(int argc, char **argv) {
     int after_first = rand() % 4 != 0;
     int delay = rand() % (after_first ? 100 : 150);
     int64_t kill_at = mono_ms() + (after_first ? 10000 : delay);
-    size_t before = acked.n;
+    size_t before = acked.done.n, before_claimed = acked.claimed.n;
     char buf[8192];
     size_t len = 0;
     for (;;) {
@@ -268,7 +306,7 @@ int main(int argc, char **argv) {
           break; /* the child died on its own */
         len += (size_t)n;
         take_lines(buf, &len, &acked);
-        if (after_first && acked.n > before) {
+        if (after_first && acked.done.n > before) {
           after_first = 0;
           kill_at = mono_ms() + delay;
         }
@@ -289,23 +327,26 @@ int main(int argc, char **argv) {
       take_lines(buf, &len, &acked);
     }
     close(p[0]);
-    if (acked.n == before)
+    if (acked.done.n == before)
       killed_before_ack++;
-    if (!verify(uri, &acked, before, cycle)) {
+    if (!verify(uri, &acked, before, before_claimed, cycle)) {
       fprintf(stderr, "cycle %d: FAILED (killed after %d ms, seed %u)\n", cycle, delay, seed);
       failed = 1;
     }
   }
-  if (!failed && !verify(uri, &acked, 0, cycles)) {
+  if (!failed && !verify(uri, &acked, 0, 0, cycles)) {
     fprintf(stderr, "final check: FAILED (seed %u)\n", seed);
     failed = 1;
   }
-  printf("lmdb_crash: %s: %zu acknowledged records checked after %d kills "
+  printf("lmdb_crash: %s: %zu completed and %zu claimed records checked after %d kills "
          "(%d before any acknowledgement), %.1f s\n",
-         failed ? "FAILED" : "ok", acked.n, kills, killed_before_ack,
+         failed ? "FAILED" : "ok", acked.done.n, acked.claimed.n, kills, killed_before_ack,
          (double)(mono_ms() - started) / 1000);
-  for (size_t i = 0; i < acked.n; i++)
-    free(acked.keys[i]);
-  free(acked.keys);
+  key_list *lists[] = {&acked.done, &acked.claimed};
+  for (int l = 0; l < 2; l++) {
+    for (size_t i = 0; i < lists[l]->n; i++)
+      free(lists[l]->keys[i]);
+    free(lists[l]->keys);
+  }
   return failed;
 }

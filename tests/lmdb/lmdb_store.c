@@ -2,7 +2,8 @@
  * lmdb_store.c - what the LMDB store promises beyond the contract
  * suite: clear errors for bad paths and foreign files, durability across a
  * reopen, group commit, a full map refused per request, the expiry index,
- * gc and the background sweeper, handles sharing one environment.
+ * gc and the background sweeper, handles sharing one environment, and
+ * processes sharing one log.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -540,6 +542,50 @@ static void full_map_refuses_per_request(void **state) {
   free(body);
 }
 
+/* With the log, a batch goes to the log only while LMDB has room for what
+ * the log holds ahead of it; nearer a full map it is a direct commit, so
+ * the operation that does not fit is refused before anything about it is
+ * acknowledged, and everything acknowledged is there after a reopen. */
+static void full_map_through_the_log(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  const char *uri = uri_of(p, "map_size=40MiB&sweep_interval=off");
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri, &s, NULL), 0);
+  size_t big = 256 * 1024;
+  char *body = malloc(big);
+  memset(body, 'y', big);
+  int err = 0, stored = 0;
+  for (int i = 0; i < 400 && !err; i++) {
+    snprintf(key, sizeof key, "lf-%d", i);
+    err = put_completed(s, key, body, big, TTL_LONG_MS);
+    if (!err)
+      stored++;
+  }
+  assert_int_equal(err, IDEM_EFULL);
+  assert_true(stored > 20);
+  idem_sync_close(s);
+  assert_int_equal(idem_sync_open(uri, &s, NULL), 0);
+  for (int i = 0; i < stored; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "lf-%d", i);
+    assert_int_equal(get_state(s, key, &st), 0);
+    assert_int_equal(st, IDEM_STATE_COMPLETED);
+  }
+  /* deleting makes room, and writes go through again */
+  for (int i = 0; i < stored; i++) {
+    snprintf(key, sizeof key, "lf-%d", i);
+    idem_op op = {.kind = IDEM_OP_DELETE, .key = key};
+    idem_result res;
+    assert_int_equal(idem_sync_run(s, &op, &res), 0);
+    idem_result_clear(&res);
+  }
+  assert_int_equal(put_completed(s, "lf-again", body, big, TTL_LONG_MS), 0);
+  idem_sync_close(s);
+  free(body);
+}
+
 /* ---- retention --------------------------------------------------------- */
 
 static void wait_until(int64_t t) {
@@ -713,6 +759,198 @@ static void delete_and_list(void **state) {
   idem_sync_close(s);
 }
 
+/* ---- processes sharing one store (and its log) ------------------------- */
+
+/* Run this binary with args; returns its exit status. */
+static int run_self(const char *const *args) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    execv("/proc/self/exe", (char *const *)args);
+    _exit(127);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* --guest PATH: what `idem keys` does against a served store. Every record
+ * the owner acknowledged is there; one is deleted; one is added. */
+static int guest_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 10;
+  char key[32];
+  for (int i = 0; i < 50; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "mp-%d", i);
+    if (get_state(s, key, &st) || st != IDEM_STATE_COMPLETED)
+      return 11;
+  }
+  idem_op op = {.kind = IDEM_OP_DELETE, .key = "mp-7"};
+  idem_result res;
+  if (idem_sync_run(s, &op, &res))
+    return 12;
+  idem_result_clear(&res);
+  op = (idem_op){.kind = IDEM_OP_LIST, .limit = 1000};
+  if (idem_sync_run(s, &op, &res) || res.count != 49)
+    return 13;
+  idem_result_clear(&res);
+  if (put_completed(s, "mp-guest", "g", 1, TTL_LONG_MS))
+    return 14;
+  idem_sync_close(s);
+  return 0;
+}
+
+/* --claim-all PATH: claim mp-0..mp-39 once each; exits with how many were
+ * handed to it. */
+static int claim_all_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 200;
+  int claimed = 0;
+  char key[32];
+  for (int i = 0; i < 40; i++) {
+    snprintf(key, sizeof key, "mp-%d", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    idem_result res;
+    if (idem_sync_run(s, &op, &res))
+      return 201;
+    claimed += res.outcome == IDEM_CLAIMED;
+    idem_result_clear(&res);
+  }
+  idem_sync_close(s);
+  return claimed;
+}
+
+static void a_second_process_sees_what_the_log_holds(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  uv_loop_t loop; /* the owner: a store that stays open, as a gateway's */
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &store, NULL), 0);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  for (int i = 0; i < 50; i++) {
+    snprintf(key, sizeof key, "mp-%d", i);
+    assert_int_equal(put_completed(s, key, "b", 1, TTL_LONG_MS), 0);
+  }
+  idem_lmdb_stats st;
+  assert_int_equal(idem_lmdb_stats_get(store, &st), 0);
+  assert_int_equal(st.logged, 1);
+  const char *args[] = {"lmdb_store", "--guest", p, NULL};
+  assert_int_equal(run_self(args), 0);
+  /* the owner took the log back and sees the guest's writes */
+  idem_state state_;
+  assert_int_equal(get_state(s, "mp-7", &state_), IDEM_ENOTFOUND);
+  assert_int_equal(get_state(s, "mp-guest", &state_), 0);
+  assert_int_equal(state_, IDEM_STATE_COMPLETED);
+  assert_int_equal(get_state(s, "mp-8", &state_), 0);
+  idem_sync_close(s);
+  close_store_and_loop(store, &loop);
+}
+
+static void two_processes_claim_each_key_once(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0); /* creates it */
+  idem_sync_close(s);
+  const char *args[] = {"lmdb_store", "--claim-all", p, NULL};
+  pid_t pids[2];
+  for (int i = 0; i < 2; i++) {
+    pids[i] = fork();
+    assert_true(pids[i] >= 0);
+    if (pids[i] == 0) {
+      execv("/proc/self/exe", (char *const *)args);
+      _exit(127);
+    }
+  }
+  int total = 0;
+  for (int i = 0; i < 2; i++) {
+    int status;
+    assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) <= 40);
+    total += WEXITSTATUS(status);
+  }
+  assert_int_equal(total, 40);
+}
+
+/* --owner PATH: acknowledges 200 records, says so on stdout, and waits to
+ * be killed (owning the log, LMDB behind it). */
+static int owner_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 10;
+  char key[32];
+  for (int i = 0; i < 200; i++) {
+    snprintf(key, sizeof key, "ko-%d", i);
+    if (put_completed(s, key, key, strlen(key), TTL_LONG_MS))
+      return 11;
+  }
+  if (write(1, "x", 1) != 1)
+    return 12;
+  for (;;)
+    pause();
+}
+
+/* A process waiting as a guest when the owner dies takes the log over and
+ * replays what LMDB lacked. */
+static void a_guest_takes_over_from_a_killed_owner(void **state) {
+  (void)state;
+  char p[300], key[32];
+  fresh_path(p, sizeof p);
+  int out[2];
+  assert_int_equal(pipe(out), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl("/proc/self/exe", "lmdb_store", "--owner", p, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char c;
+  assert_int_equal(read(out[0], &c, 1), 1); /* all 200 acknowledged */
+  close(out[0]);
+  idem_sync *s; /* a guest: the child owns the log */
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  kill(pid, SIGKILL);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  for (int i = 0; i < 200; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "ko-%d", i);
+    assert_int_equal(get_state(s, key, &st), 0);
+    assert_int_equal(st, IDEM_STATE_COMPLETED);
+  }
+  idem_sync_close(s);
+}
+
+/* log=off: no log file, every batch an LMDB commit, as before the log */
+static void log_off_commits_each_batch_to_lmdb(void **state) {
+  (void)state;
+  char p[300], logpath[340];
+  fresh_path(p, sizeof p);
+  idem_lmdb_stats st;
+  run_burst(uri_of(p, "log=off"), 64, "off", &st);
+  assert_int_equal(st.logged, 0);
+  assert_int_equal(st.checkpoints, 0);
+  assert_int_equal(st.ops_written, 128);
+  snprintf(logpath, sizeof logpath, "%s/idem.log", p);
+  assert_int_equal(access(logpath, F_OK), -1);
+  /* the log path: fewer flushes than operations */
+  fresh_path(p, sizeof p);
+  run_burst(uri_of(p, NULL), 64, "on", &st);
+  assert_int_equal(st.logged, 1);
+  assert_int_equal(st.ops_written, 128);
+  assert_true(st.commits < 128);
+}
+
 /* ---- closing one of several handles on one environment ----------------- */
 
 /* The writer thread finishes a req with idem_req_finish, which queues it and
@@ -754,12 +992,14 @@ static void closing_a_shared_handle_never_touches_it_afterwards(void **state) {
   (void)state;
   char p[300];
   fresh_path(p, sizeof p);
+  /* log=off: a direct batch finishes its reqs one at a time (a log batch
+   * hands each loop its results with one wake-up, sent before the unlock) */
   idem_sync *other; /* keeps the environment and its writer alive */
-  assert_int_equal(idem_sync_open(uri_of(p, NULL), &other, NULL), 0);
+  assert_int_equal(idem_sync_open(uri_of(p, "log=off"), &other, NULL), 0);
   uv_loop_t loop;
   assert_int_equal(uv_loop_init(&loop), 0);
   idem_store *store;
-  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &store, NULL), 0);
+  assert_int_equal(idem_store_open(&loop, uri_of(p, "log=off"), &store, NULL), 0);
   slow_loop_thread = pthread_self();
   atomic_store(&slow_store, store);
   int results[2] = {1, 1};
@@ -806,6 +1046,12 @@ static int teardown(void **state) {
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--hold-write-lock"))
     return hold_lock_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--guest"))
+    return guest_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--claim-all"))
+    return claim_all_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--owner"))
+    return owner_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
@@ -816,11 +1062,16 @@ int main(int argc, char **argv) {
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
       cmocka_unit_test(full_map_refuses_per_request),
+      cmocka_unit_test(full_map_through_the_log),
       cmocka_unit_test(gc_deletes_expired_records_in_bounded_passes),
       cmocka_unit_test(sweeper_runs_in_the_background),
       cmocka_unit_test(gc_does_not_stall_claims),
       cmocka_unit_test(delete_and_list),
       cmocka_unit_test(closing_a_shared_handle_never_touches_it_afterwards),
+      cmocka_unit_test(a_second_process_sees_what_the_log_holds),
+      cmocka_unit_test(two_processes_claim_each_key_once),
+      cmocka_unit_test(a_guest_takes_over_from_a_killed_owner),
+      cmocka_unit_test(log_off_commits_each_batch_to_lmdb),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
