@@ -465,31 +465,43 @@ static void release_write_lock(lock_holder *h) {
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Complete PREFIX-0, PREFIX-1, ... (len bytes of body each) until the
+ * store says IDEM_EFULL (at most max): how many were stored. */
+static int fill_until_full(idem_sync *s, const char *prefix, const char *body, size_t len,
+                           int max) {
+  char key[64];
+  int err = 0, stored = 0;
+  for (int i = 0; i < max && !err; i++) {
+    snprintf(key, sizeof key, "%s-%d", prefix, i);
+    if (!(err = put_completed(s, key, body, len, TTL_LONG_MS)))
+      stored++;
+  }
+  assert_int_equal(err, IDEM_EFULL);
+  return stored;
+}
+
+/* PREFIX-0 .. PREFIX-(n-1) are all there, completed. */
+static void assert_all_completed(idem_sync *s, const char *prefix, int n) {
+  char key[64];
+  for (int i = 0; i < n; i++) {
+    idem_state st;
+    snprintf(key, sizeof key, "%s-%d", prefix, i);
+    assert_int_equal(get_state(s, key, &st), 0);
+    assert_int_equal(st, IDEM_STATE_COMPLETED);
+  }
+}
+
 static void full_map_refuses_per_request(void **state) {
   (void)state;
   char p[300], key[32];
   fresh_path(p, sizeof p);
   idem_sync *s;
   assert_int_equal(idem_sync_open(uri_of(p, "map_size=1MiB"), &s, NULL), 0);
-  size_t big = 64 * 1024;
   char *body = malloc(2 << 20);
   memset(body, 'x', 2 << 20);
-  int err = 0, stored = 0;
-  for (int i = 0; i < 100 && !err; i++) {
-    snprintf(key, sizeof key, "full-%d", i);
-    err = put_completed(s, key, body, big, TTL_LONG_MS);
-    if (!err)
-      stored++;
-  }
-  assert_int_equal(err, IDEM_EFULL);
+  int stored = fill_until_full(s, "full", body, 64 * 1024, 100);
   assert_true(stored > 2);
-  /* everything acknowledged is still there */
-  for (int i = 0; i < stored; i++) {
-    idem_state st;
-    snprintf(key, sizeof key, "full-%d", i);
-    assert_int_equal(get_state(s, key, &st), 0);
-    assert_int_equal(st, IDEM_STATE_COMPLETED);
-  }
+  assert_all_completed(s, "full", stored); /* everything acknowledged is still there */
   idem_sync_close(s);
 
   /* In one batch, the operation that does not fit is refused and the rest
@@ -556,23 +568,11 @@ static void full_map_through_the_log(void **state) {
   size_t big = 256 * 1024;
   char *body = malloc(big);
   memset(body, 'y', big);
-  int err = 0, stored = 0;
-  for (int i = 0; i < 400 && !err; i++) {
-    snprintf(key, sizeof key, "lf-%d", i);
-    err = put_completed(s, key, body, big, TTL_LONG_MS);
-    if (!err)
-      stored++;
-  }
-  assert_int_equal(err, IDEM_EFULL);
+  int stored = fill_until_full(s, "lf", body, big, 400);
   assert_true(stored > 20);
   idem_sync_close(s);
   assert_int_equal(idem_sync_open(uri, &s, NULL), 0);
-  for (int i = 0; i < stored; i++) {
-    idem_state st;
-    snprintf(key, sizeof key, "lf-%d", i);
-    assert_int_equal(get_state(s, key, &st), 0);
-    assert_int_equal(st, IDEM_STATE_COMPLETED);
-  }
+  assert_all_completed(s, "lf", stored);
   /* deleting makes room, and writes go through again */
   for (int i = 0; i < stored; i++) {
     snprintf(key, sizeof key, "lf-%d", i);
@@ -901,7 +901,7 @@ static int owner_main(const char *path) {
  * replays what LMDB lacked. */
 static void a_guest_takes_over_from_a_killed_owner(void **state) {
   (void)state;
-  char p[300], key[32];
+  char p[300];
   fresh_path(p, sizeof p);
   int out[2];
   assert_int_equal(pipe(out), 0);
@@ -922,12 +922,7 @@ static void a_guest_takes_over_from_a_killed_owner(void **state) {
   kill(pid, SIGKILL);
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
-  for (int i = 0; i < 200; i++) {
-    idem_state st;
-    snprintf(key, sizeof key, "ko-%d", i);
-    assert_int_equal(get_state(s, key, &st), 0);
-    assert_int_equal(st, IDEM_STATE_COMPLETED);
-  }
+  assert_all_completed(s, "ko", 200);
   idem_sync_close(s);
 }
 
