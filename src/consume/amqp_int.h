@@ -62,8 +62,10 @@ struct abroker {
   size_t outstanding;
 };
 
-/* broker_amqp.c */
+/* amqp_msg.c */
+/* A delivery as a message of b's (NULL when out of memory). */
 amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg);
+void amqp_msg_free(amsg *m);
 
 /* amqp_thread.c */
 void amqp_thread_main(void *arg);

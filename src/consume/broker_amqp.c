@@ -53,90 +53,6 @@ static int a_check_uri(const cs_uri *u, char *err, size_t len) {
 }
 
 
-/* ---- messages ---- */
-
-static char *prop_str(const amqp_basic_properties_t *p, amqp_flags_t flag, amqp_bytes_t v) {
-  return (p->_flags & flag) ? cs_dup(v.bytes, v.len) : NULL;
-}
-
-static void msg_free(amsg *m) {
-  cs_msg_free_headers(&m->m);
-  free(m->m.body);
-  free((char *)m->m.message_id);
-  free((char *)m->m.content_type);
-  free(m->reply_to);
-  free(m->correlation_id);
-  free(m->answer);
-  free(m);
-}
-
-/* A header value as text: strings as they are, numbers in decimal. */
-static char *field_text(const amqp_field_value_t *v, size_t *len) {
-  char buf[32];
-  switch (v->kind) {
-  case AMQP_FIELD_KIND_UTF8:
-  case AMQP_FIELD_KIND_BYTES:
-    *len = v->value.bytes.len;
-    return cs_dup(v->value.bytes.bytes, v->value.bytes.len);
-  case AMQP_FIELD_KIND_BOOLEAN: snprintf(buf, sizeof buf, "%s", v->value.boolean ? "true" : "false"); break;
-  case AMQP_FIELD_KIND_I8: snprintf(buf, sizeof buf, "%d", v->value.i8); break;
-  case AMQP_FIELD_KIND_U8: snprintf(buf, sizeof buf, "%u", v->value.u8); break;
-  case AMQP_FIELD_KIND_I16: snprintf(buf, sizeof buf, "%d", v->value.i16); break;
-  case AMQP_FIELD_KIND_U16: snprintf(buf, sizeof buf, "%u", v->value.u16); break;
-  case AMQP_FIELD_KIND_I32: snprintf(buf, sizeof buf, "%d", v->value.i32); break;
-  case AMQP_FIELD_KIND_U32: snprintf(buf, sizeof buf, "%u", v->value.u32); break;
-  case AMQP_FIELD_KIND_I64: snprintf(buf, sizeof buf, "%lld", (long long)v->value.i64); break;
-  case AMQP_FIELD_KIND_U64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
-  default: return NULL; /* tables, arrays, floats, timestamps: not passed on */
-  }
-  *len = strlen(buf);
-  return cs_dup(buf, *len);
-}
-
-static unsigned count_header(const amsg *m, const char *name) {
-  for (size_t i = 0; i < m->m.nheaders; i++)
-    if (!strcasecmp(m->m.headers[i].name, name))
-      return (unsigned)strtoul(m->m.headers[i].value, NULL, 10);
-  return 0;
-}
-
-amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg) {
-  amsg *m = calloc(1, sizeof *m);
-  if (!m)
-    return NULL;
-  const amqp_basic_properties_t *p = &msg->properties;
-  m->b = b;
-  m->tag = d->delivery_tag;
-  m->gen = b->gen;
-  m->m.body = cs_dup(msg->body.bytes, msg->body.len);
-  m->m.body_len = msg->body.len;
-  m->m.message_id = prop_str(p, AMQP_BASIC_MESSAGE_ID_FLAG, p->message_id);
-  m->m.content_type = prop_str(p, AMQP_BASIC_CONTENT_TYPE_FLAG, p->content_type);
-  m->reply_to = prop_str(p, AMQP_BASIC_REPLY_TO_FLAG, p->reply_to);
-  m->correlation_id = prop_str(p, AMQP_BASIC_CORRELATION_ID_FLAG, p->correlation_id);
-  int n = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
-  m->m.headers = calloc((size_t)n + 1, sizeof *m->m.headers);
-  for (int i = 0; m->m.headers && i < n; i++) {
-    const amqp_table_entry_t *e = &p->headers.entries[i];
-    size_t vlen = 0;
-    char *v = field_text(&e->value, &vlen);
-    if (!v)
-      continue;
-    cs_header *h = &m->m.headers[m->m.nheaders++];
-    h->name = cs_dup(e->key.bytes, e->key.len);
-    h->value = v;
-    h->value_len = vlen;
-  }
-  m->m.deliveries = count_header(m, "x-idem-deliveries") + 1 + (d->redelivered ? 1 : 0);
-  if (asprintf(&m->m.id, "%s#%llu", b->queue, (unsigned long long)d->delivery_tag) < 0)
-    m->m.id = NULL;
-  if (!m->m.body || !m->m.headers || !m->m.id) {
-    msg_free(m);
-    return NULL;
-  }
-  return m;
-}
-
 /* ---- the loop ---- */
 
 static void maybe_done(abroker *b);
@@ -168,7 +84,7 @@ static void on_async(uv_async_t *a) {
     next = m->next;
     if (m->cb)
       m->cb(m->arg, &m->m, m->ok);
-    msg_free(m);
+    amqp_msg_free(m);
     b->outstanding--;
   }
   for (amsg *m = in, *next; m; m = next) {

@@ -395,45 +395,129 @@ static int handover_due(lmdb_env *e) {
          lmdb_log_requested(e);
 }
 
+/* What the writer thread remembers from one turn to the next. */
+typedef struct {
+  int64_t interval;   /* sweep_interval_ms; 0: no sweeper */
+  int64_t next_sweep; /* mono_ms() of the next sweep */
+  int sweeping;
+  size_t last_batch;
+  int64_t last_commit_us;
+} writer_state;
+
+/* Under e->lock: wait until there is work (a batch, a gc, a sweep due, a
+ * stop). Returns 1 when another process asks for the log instead. */
+static int wait_for_work(lmdb_env *e, const writer_state *w) {
+  while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !w->sweeping &&
+         !e->stopping) {
+    e->wake_at = 1;
+    int owner = atomic_load(&e->mode) == LMDB_OWNER;
+    if (!w->interval && !owner) {
+      pthread_cond_wait(&e->wake, &e->lock);
+      continue;
+    }
+    if (w->interval && mono_ms() >= w->next_sweep)
+      return 0; /* the sweep is due: the top of the loop starts it */
+    int64_t until = w->interval ? w->next_sweep * 1000 : INT64_MAX;
+    if (owner && lmdb_mono_us() + OWNER_POLL_MS * 1000 < until)
+      until = lmdb_mono_us() + OWNER_POLL_MS * 1000;
+    wait_until_us(e, until);
+    if (owner && handover_due(e))
+      return 1;
+  }
+  return 0;
+}
+
+/* Under e->lock: gather the callers the last commit acknowledged (see the
+ * top), then take up to batch_max requests into e->batch: how many. */
+static size_t take_batch(lmdb_env *e, const writer_state *w) {
+  if (e->queue_len && e->queue_len < w->last_batch && !e->stopping) {
+    int64_t window = w->last_commit_us / GATHER_SHARE;
+    int64_t until = lmdb_mono_us() + (window < GATHER_MAX_US ? window : GATHER_MAX_US);
+    e->wake_at = w->last_batch < e->opt.batch_max ? w->last_batch : e->opt.batch_max;
+    while (e->queue_len < e->wake_at && !e->stopping && lmdb_mono_us() < until)
+      wait_until_us(e, until);
+  }
+  e->wake_at = SIZE_MAX; /* busy: enqueue need not signal */
+  size_t n = 0;
+  while (n < e->opt.batch_max && !idem_queue_empty(&e->queue))
+    e->batch[n++] = idem_req_of(idem_queue_pop(&e->queue));
+  e->queue_len -= n;
+  return n;
+}
+
+/* A guest with work takes the log first (waiting for the owning process);
+ * when it cannot, the batch and the gc request fail with its error. */
+static void own_for_work(lmdb_env *e, size_t *n, idem_req **gc) {
+  if ((!*n && !*gc) || atomic_load(&e->mode) != LMDB_GUEST)
+    return;
+  int err = lmdb_log_acquire(e);
+  e->owned_since = mono_ms();
+  if (!err)
+    return;
+  lmdb_finish_all(e, e->batch, *n, err);
+  *n = 0;
+  if (*gc) {
+    pthread_mutex_lock(&e->lock);
+    idem_queue_remove(&(*gc)->node);
+    pthread_mutex_unlock(&e->lock);
+    idem_req_fail(*gc, err);
+    *gc = NULL;
+  }
+}
+
+/* One turn's work, outside the lock: the batch, then a gc step or a sweep
+ * step. */
+static void do_work(lmdb_env *e, writer_state *w, size_t n, idem_req *gc) {
+  if (n) {
+    int64_t t0 = lmdb_mono_us();
+    run_batch(e, e->batch, n);
+    w->last_commit_us = lmdb_mono_us() - t0;
+    w->last_batch = n;
+    prealloc_step(e);
+  }
+  if (gc) {
+    gc_step(e, gc);
+  } else if (w->sweeping) {
+    size_t deleted;
+    int more;
+    if (sweep_chunk(e, e->opt.sweep_batch, &deleted, &more) || !more) {
+      w->sweeping = 0;
+      w->next_sweep = mono_ms() + w->interval;
+    }
+  }
+  if (handover_due(e))
+    lmdb_log_yield(e);
+}
+
+/* Closing, under e->lock (released here): LMDB made whole, and a gc
+ * request still running reports what it deleted so far. */
+static void writer_end(lmdb_env *e) {
+  if (atomic_load(&e->mode) == LMDB_OWNER)
+    lmdb_ckpt_sync(e); /* not needed for safety (the log is replayed), but a
+                          closed store's LMDB is then whole for other programs */
+  idem_queue gcs;
+  idem_queue_move(&e->gc, &gcs);
+  pthread_mutex_unlock(&e->lock);
+  idem_req *gc;
+  while ((gc = idem_req_of(idem_queue_pop(&gcs))))
+    idem_req_finish(gc);
+}
+
 static void *writer_main(void *arg) {
   lmdb_env *e = arg;
   pthread_setname_np(pthread_self(), "idem-lmdb-write"); /* 15 chars at most */
-  int64_t interval = e->opt.sweep_interval_ms;
-  int64_t next_sweep = mono_ms() + interval;
-  int sweeping = 0;
-  size_t last_batch = 0;
-  int64_t last_commit_us = 0;
-
+  writer_state w = {.interval = e->opt.sweep_interval_ms};
+  w.next_sweep = mono_ms() + w.interval;
   pthread_mutex_lock(&e->lock);
   for (;;) {
-    if (interval && !sweeping && mono_ms() >= next_sweep) {
-      sweeping = 1;
+    if (w.interval && !w.sweeping && mono_ms() >= w.next_sweep) {
+      w.sweeping = 1;
       /* reader slots of processes killed mid-read (an `idem keys` under
        * kill -9) pin old pages and make the file grow: free them */
       int dead;
       mdb_reader_check(e->env, &dead);
     }
-    int asked = 0;
-    while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !sweeping &&
-           !e->stopping) {
-      e->wake_at = 1;
-      int owner = atomic_load(&e->mode) == LMDB_OWNER;
-      if (!interval && !owner) {
-        pthread_cond_wait(&e->wake, &e->lock);
-        continue;
-      }
-      if (interval && mono_ms() >= next_sweep)
-        break; /* the sweep is due: the top of the loop starts it */
-      int64_t until = interval ? next_sweep * 1000 : INT64_MAX;
-      if (owner && lmdb_mono_us() + OWNER_POLL_MS * 1000 < until)
-        until = lmdb_mono_us() + OWNER_POLL_MS * 1000;
-      wait_until_us(e, until);
-      if (owner && handover_due(e)) {
-        asked = 1; /* another process waits for the log */
-        break;
-      }
-    }
-    if (asked) {
+    if (wait_for_work(e, &w)) { /* another process waits for the log */
       pthread_mutex_unlock(&e->lock);
       lmdb_log_yield(e);
       pthread_mutex_lock(&e->lock);
@@ -441,68 +525,14 @@ static void *writer_main(void *arg) {
     }
     if (e->stopping && idem_queue_empty(&e->queue))
       break;
-    /* gather the callers the last commit acknowledged (see the top) */
-    if (e->queue_len && e->queue_len < last_batch && !e->stopping) {
-      int64_t window = last_commit_us / GATHER_SHARE;
-      int64_t until = lmdb_mono_us() + (window < GATHER_MAX_US ? window : GATHER_MAX_US);
-      e->wake_at = last_batch < e->opt.batch_max ? last_batch : e->opt.batch_max;
-      while (e->queue_len < e->wake_at && !e->stopping && lmdb_mono_us() < until)
-        wait_until_us(e, until);
-    }
-    e->wake_at = SIZE_MAX; /* busy: enqueue need not signal */
-    size_t n = 0;
-    while (n < e->opt.batch_max && !idem_queue_empty(&e->queue))
-      e->batch[n++] = idem_req_of(idem_queue_pop(&e->queue));
-    e->queue_len -= n;
+    size_t n = take_batch(e, &w);
     idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
-
-    if ((n || gc) && atomic_load(&e->mode) == LMDB_GUEST) {
-      int err = lmdb_log_acquire(e); /* waits for the owning process */
-      e->owned_since = mono_ms();
-      if (err) {
-        lmdb_finish_all(e, e->batch, n, err);
-        n = 0;
-        if (gc) {
-          pthread_mutex_lock(&e->lock);
-          idem_queue_remove(&gc->node);
-          pthread_mutex_unlock(&e->lock);
-          idem_req_fail(gc, err);
-          gc = NULL;
-        }
-      }
-    }
-    if (n) {
-      int64_t t0 = lmdb_mono_us();
-      run_batch(e, e->batch, n);
-      last_commit_us = lmdb_mono_us() - t0;
-      last_batch = n;
-      prealloc_step(e);
-    }
-    if (gc) {
-      gc_step(e, gc);
-    } else if (sweeping) {
-      size_t deleted;
-      int more;
-      if (sweep_chunk(e, e->opt.sweep_batch, &deleted, &more) || !more) {
-        sweeping = 0;
-        next_sweep = mono_ms() + interval;
-      }
-    }
-    if (handover_due(e))
-      lmdb_log_yield(e);
+    own_for_work(e, &n, &gc);
+    do_work(e, &w, n, gc);
     pthread_mutex_lock(&e->lock);
   }
-  if (atomic_load(&e->mode) == LMDB_OWNER)
-    lmdb_ckpt_sync(e); /* not needed for safety (the log is replayed), but a
-                          closed store's LMDB is then whole for other programs */
-  /* closing: a gc request still running reports what it deleted so far */
-  idem_queue gcs;
-  idem_queue_move(&e->gc, &gcs);
-  pthread_mutex_unlock(&e->lock);
-  idem_req *gc;
-  while ((gc = idem_req_of(idem_queue_pop(&gcs))))
-    idem_req_finish(gc);
+  writer_end(e);
   return NULL;
 }
 
