@@ -9,6 +9,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 /* The gateway's sources are part of the idem binary, not of libidem: compile
  * the pieces under test into this test. */
 #include "http/config.c"
@@ -219,12 +221,11 @@ static void test_metrics(void **state) {
   gw_buf_free(&b);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_methods),    cmocka_unit_test(test_key),
-      cmocka_unit_test(test_scope),      cmocka_unit_test(test_status),
-      cmocka_unit_test(test_hop_headers), cmocka_unit_test(test_problem),
-      cmocka_unit_test(test_tokens),     cmocka_unit_test(test_metrics),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_methods),
+           cmocka_unit_test(test_key),
+           cmocka_unit_test(test_scope),
+           cmocka_unit_test(test_status),
+           cmocka_unit_test(test_hop_headers),
+           cmocka_unit_test(test_problem),
+           cmocka_unit_test(test_tokens),
+           cmocka_unit_test(test_metrics))

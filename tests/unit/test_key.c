@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "idem/idem.h"
 
 static int parse(const char *value, char *out) {
@@ -112,11 +114,9 @@ static void errors_have_names(void **state) {
     assert_string_not_equal(idem_strerror(e), "unknown error");
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(accepted_keys), cmocka_unit_test(refused_keys),
-      cmocka_unit_test(stored_key_validity), cmocka_unit_test(durations),
-      cmocka_unit_test(sizes), cmocka_unit_test(errors_have_names),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(accepted_keys),
+           cmocka_unit_test(refused_keys),
+           cmocka_unit_test(stored_key_validity),
+           cmocka_unit_test(durations),
+           cmocka_unit_test(sizes),
+           cmocka_unit_test(errors_have_names))

@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 /* The gateway's pieces are part of the idem binary, not of libidem:
  * route.c and config_file.c are linked in (tests/cmake/http.cmake). */
 #include "http/msg.c"
@@ -316,13 +318,12 @@ static void test_fingerprints(void **state) {
   fingerprint("json:/amount", "[1", c, IDEM_EJSON);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_globs),           cmocka_unit_test(test_first_match_wins),
-      cmocka_unit_test(test_current_table),   cmocka_unit_test(test_values),
-      cmocka_unit_test(test_refusals),        cmocka_unit_test(test_stored_statuses),
-      cmocka_unit_test(test_kept_headers),    cmocka_unit_test(test_keys),
-      cmocka_unit_test(test_fingerprints),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+UNIT_TESTS(cmocka_unit_test(test_globs),
+           cmocka_unit_test(test_first_match_wins),
+           cmocka_unit_test(test_current_table),
+           cmocka_unit_test(test_values),
+           cmocka_unit_test(test_refusals),
+           cmocka_unit_test(test_stored_statuses),
+           cmocka_unit_test(test_kept_headers),
+           cmocka_unit_test(test_keys),
+           cmocka_unit_test(test_fingerprints))
