@@ -38,13 +38,19 @@ class Concurrency(GatewayTestCase):
         self.assertEqual(r.body, res["r"].body)
         self.assertEqual(self.up.count("dup"), 1)
 
-    def test_wait_gets_the_replay(self):
-        gw = self.start_gateway(self.up, "--wait", "5s")
-        t, res = self._in_background(gw, "w", 800)
-        self.assertEqual(self.up.wait_count("w", 1), 1, self.gw_log())
+    def _duplicate_while_in_flight(self, wait, key, delay_ms):
+        """With --wait: a first request in flight for delay_ms, then its
+        duplicate, timed. (the duplicate's answer, seconds it took, the
+        first's thread and result)"""
+        gw = self.start_gateway(self.up, "--wait", wait)
+        t, res = self._in_background(gw, key, delay_ms)
+        self.assertEqual(self.up.wait_count(key, 1), 1, self.gw_log())
         t0 = time.monotonic()
-        r = gw.request("POST", "/c", body=b"c", key="w")
-        waited = time.monotonic() - t0
+        r = gw.request("POST", "/c", body=b"c", key=key)
+        return r, time.monotonic() - t0, t, res
+
+    def test_wait_gets_the_replay(self):
+        r, waited, t, res = self._duplicate_while_in_flight("5s", "w", 800)
         t.join(30)
         self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
         self.assertTrue(r.replayed, r)
@@ -73,12 +79,7 @@ class Concurrency(GatewayTestCase):
         self.assertGreater(f[1], f[0])
 
     def test_wait_gives_up_with_409(self):
-        gw = self.start_gateway(self.up, "--wait", "300ms")
-        t, res = self._in_background(gw, "wg", 3000)
-        self.assertEqual(self.up.wait_count("wg", 1), 1, self.gw_log())
-        t0 = time.monotonic()
-        r = gw.request("POST", "/c", body=b"c", key="wg")
-        waited = time.monotonic() - t0
+        r, waited, t, res = self._duplicate_while_in_flight("300ms", "wg", 3000)
         self.assertProblem(r, 409, self.gw_log())
         self.assertIsNotNone(r.header("Retry-After"))
         self.assertGreaterEqual(waited, 0.25, "did not wait --wait 300ms")
