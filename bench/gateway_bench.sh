@@ -22,10 +22,15 @@
 # on how many there are. Then replays at --connections, nginx-proxy and
 # idem-lmdb alternating the same way.
 #
+# With --routes first, it is bench/routes_bench.sh instead (the rest of the
+# arguments are routes_bench.sh's): flags only beside a 10-route --config and
+# beside the routes with --access-log on.
+#
 # usage: bench/gateway_bench.sh [--idem PATH] [--duration 10s] [--threads 2]
 #                               [--connections 64] [--out bench/results/gateway.md]
 #                               [--sweep 128,256,512,1024] [--sweep-rounds 5]
 #                               [--sweep-duration 5s]
+#        bench/gateway_bench.sh --routes [routes_bench.sh options]
 # Needs nginx, wrk, python3. Everything it starts is stopped by PID on exit.
 set -euo pipefail
 
@@ -54,7 +59,8 @@ while [ $# -gt 0 ]; do
     --sweep) SWEEP=$2; shift 2 ;;
     --sweep-rounds) SWEEP_ROUNDS=$2; shift 2 ;;
     --sweep-duration) SWEEP_DURATION=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --routes) shift; exec "$(dirname "$0")/routes_bench.sh" "$@" ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "gateway_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
