@@ -145,20 +145,13 @@ static void *ckpt_main(void *arg) {
 }
 
 int lmdb_ckpt_start(lmdb_env *e) {
-  pthread_condattr_t attr;
-  if (pthread_mutex_init(&e->ck_lock, NULL))
+  if (lmdb_lock_init(&e->ck_lock, &e->ck_wake))
     return IDEM_ENOMEM;
-  if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
-      pthread_cond_init(&e->ck_wake, &attr)) {
-    pthread_mutex_destroy(&e->ck_lock);
-    return IDEM_ENOMEM;
-  }
   if (pthread_cond_init(&e->ck_done, NULL)) {
     pthread_cond_destroy(&e->ck_wake);
     pthread_mutex_destroy(&e->ck_lock);
     return IDEM_ENOMEM;
   }
-  pthread_condattr_destroy(&attr);
   if (pthread_create(&e->ckpt, NULL, ckpt_main, e)) {
     pthread_cond_destroy(&e->ck_done);
     pthread_cond_destroy(&e->ck_wake);
@@ -172,14 +165,8 @@ int lmdb_ckpt_start(lmdb_env *e) {
 void lmdb_ckpt_stop(lmdb_env *e) {
   if (!e->ckpt_running)
     return;
-  pthread_mutex_lock(&e->ck_lock);
-  e->ck_stop = 1;
-  pthread_cond_signal(&e->ck_wake);
-  pthread_mutex_unlock(&e->ck_lock);
-  pthread_join(e->ckpt, NULL);
+  lmdb_thread_stop(e->ckpt, &e->ck_lock, &e->ck_wake, &e->ck_stop);
   pthread_cond_destroy(&e->ck_done);
-  pthread_cond_destroy(&e->ck_wake);
-  pthread_mutex_destroy(&e->ck_lock);
   e->ckpt_running = 0;
 }
 

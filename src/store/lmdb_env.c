@@ -79,3 +79,27 @@ int lmdb_error(lmdb_env *e, int rc) {
   atomic_fetch_add(&e->errors_store, 1);
   return rc == ENOMEM ? IDEM_ENOMEM : IDEM_ESTORE;
 }
+
+int lmdb_lock_init(pthread_mutex_t *m, pthread_cond_t *c) {
+  pthread_condattr_t attr;
+  if (pthread_mutex_init(m, NULL))
+    return -1;
+  int bad = pthread_condattr_init(&attr);
+  if (!bad) {
+    bad = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) || pthread_cond_init(c, &attr);
+    pthread_condattr_destroy(&attr);
+  }
+  if (bad)
+    pthread_mutex_destroy(m);
+  return bad ? -1 : 0;
+}
+
+void lmdb_thread_stop(pthread_t t, pthread_mutex_t *m, pthread_cond_t *c, int *stop) {
+  pthread_mutex_lock(m);
+  *stop = 1;
+  pthread_cond_signal(c);
+  pthread_mutex_unlock(m);
+  pthread_join(t, NULL);
+  pthread_cond_destroy(c);
+  pthread_mutex_destroy(m);
+}

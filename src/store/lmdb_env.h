@@ -136,6 +136,13 @@ int lmdb_read_list(lmdb_env *e, MDB_txn *txn, idem_req *req);
 
 /* lmdb_env.c: the monotonic clock in microseconds; a req's result emptied. */
 int64_t lmdb_mono_us(void);
+/* A mutex and a condition variable whose timed waits run on the monotonic
+ * clock (the writer's and the checkpointer's): 0, or -1 with neither left
+ * initialised. */
+int lmdb_lock_init(pthread_mutex_t *m, pthread_cond_t *c);
+/* The end of a thread made with them: *stop set under m and c signalled,
+ * the thread joined, m and c destroyed. */
+void lmdb_thread_stop(pthread_t t, pthread_mutex_t *m, pthread_cond_t *c, int *stop);
 void lmdb_result_reset(idem_req *req);
 
 /* lmdb_logbatch.c */

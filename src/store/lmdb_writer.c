@@ -537,7 +537,6 @@ static void *writer_main(void *arg) {
 }
 
 int lmdb_writer_start(lmdb_env *e) {
-  pthread_condattr_t attr;
   idem_queue_init(&e->queue);
   idem_queue_init(&e->gc);
   e->batch = calloc(e->opt.batch_max, sizeof *e->batch);
@@ -547,14 +546,8 @@ int lmdb_writer_start(lmdb_env *e) {
     goto fail;
   if (e->log_fd >= 0 && lmdb_ckpt_start(e))
     goto fail;
-  if (pthread_mutex_init(&e->lock, NULL))
+  if (lmdb_lock_init(&e->lock, &e->wake))
     goto fail_ckpt;
-  if (pthread_condattr_init(&attr) || pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) ||
-      pthread_cond_init(&e->wake, &attr)) {
-    pthread_mutex_destroy(&e->lock);
-    goto fail_ckpt;
-  }
-  pthread_condattr_destroy(&attr);
   e->wake_at = 1;
   if (pthread_create(&e->writer, NULL, writer_main, e)) {
     pthread_cond_destroy(&e->wake);
@@ -591,13 +584,7 @@ void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
 }
 
 void lmdb_writer_stop(lmdb_env *e) {
-  pthread_mutex_lock(&e->lock);
-  e->stopping = 1;
-  pthread_cond_signal(&e->wake);
-  pthread_mutex_unlock(&e->lock);
-  pthread_join(e->writer, NULL);
-  pthread_cond_destroy(&e->wake);
-  pthread_mutex_destroy(&e->lock);
+  lmdb_thread_stop(e->writer, &e->lock, &e->wake, &e->stopping);
   lmdb_ckpt_stop(e);
   if (e->wrtxn)
     mdb_txn_abort(e->wrtxn);
