@@ -88,6 +88,14 @@ static int parse_count(const char *v, size_t min, size_t max, size_t *out) {
   return 0;
 }
 
+/* value is on (1) or off (0), by those words: 0, or -1 for anything else. */
+static int parse_switch(const char *value, const char *on, const char *off, int *out) {
+  if (strcmp(value, on) && strcmp(value, off))
+    return -1;
+  *out = !strcmp(value, on);
+  return 0;
+}
+
 /* One name=value of the URI; every refusal reads "lmdb: NAME 'VALUE': want ...". */
 static int parse_option(const char *name, const char *value, lmdb_options *opt,
                         char **errmsg) {
@@ -107,14 +115,10 @@ static int parse_option(const char *name, const char *value, lmdb_options *opt,
     if (parse_count(value, 1, 1000000, &opt->sweep_batch))
       want = "a number of deletions per transaction, 1..1000000";
   } else if (!strcmp(name, "create")) {
-    if (!strcmp(value, "yes") || !strcmp(value, "no"))
-      opt->create = !strcmp(value, "yes");
-    else
+    if (parse_switch(value, "yes", "no", &opt->create))
       want = "yes or no";
   } else if (!strcmp(name, "log")) {
-    if (!strcmp(value, "on") || !strcmp(value, "off"))
-      opt->log = !strcmp(value, "on");
-    else
+    if (parse_switch(value, "on", "off", &opt->log))
       want = "on or off";
   } else {
     return fail(errmsg, IDEM_EURI,
@@ -560,19 +564,9 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   if (!store || !out || store->backend != &idem_backend_lmdb || !store->impl)
     return IDEM_EINVAL;
   lmdb_env *e = ((const lmdb_handle *)store->impl)->env;
-  out->commits = atomic_load(&e->commits);
-  out->commit_us = atomic_load(&e->commit_us);
-  out->apply_us = atomic_load(&e->apply_us);
-  out->handback_us = atomic_load(&e->handback_us);
-  out->ops_written = atomic_load(&e->ops_written);
-  out->ops_read = atomic_load(&e->ops_read);
-  out->max_batch = atomic_load(&e->max_batch);
-  out->swept = atomic_load(&e->swept);
-  out->errors_full = atomic_load(&e->errors_full);
-  out->errors_store = atomic_load(&e->errors_store);
-  out->checkpoints = atomic_load(&e->checkpoints);
-  out->checkpoint_us = atomic_load(&e->checkpoint_us);
-  out->log_resets = atomic_load(&e->log_resets);
+#define LMDB_COUNTER_COPY(name) out->name = atomic_load(&e->name);
+  LMDB_COUNTERS(LMDB_COUNTER_COPY)
+#undef LMDB_COUNTER_COPY
   out->logged = e->log_fd >= 0;
   return 0;
 }

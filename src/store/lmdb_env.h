@@ -54,6 +54,11 @@ typedef struct {
 enum { LMDB_DIRECT = 0, LMDB_OWNER = 1, LMDB_GUEST = 2 };
 
 typedef struct lmdb_env lmdb_env;
+/* The counters of idem_lmdb_stats (lmdb.h), one atomic each in the env. */
+#define LMDB_COUNTERS(X)                                                                           \
+  X(commits) X(commit_us) X(apply_us) X(handback_us) X(ops_written) X(ops_read) X(max_batch)      \
+  X(swept) X(errors_full) X(errors_store) X(checkpoints) X(checkpoint_us) X(log_resets)
+
 struct lmdb_env {
   char *path; /* realpath of the directory: the registry key */
   idem_queue registered; /* in lmdb.c's registry */
@@ -113,8 +118,9 @@ struct lmdb_env {
   uint64_t ck_runs;          /* checkpoints tried */
 
   /* counters (idem_lmdb_stats), any thread */
-  _Atomic uint64_t commits, commit_us, apply_us, handback_us, ops_written, ops_read, max_batch, swept,
-      errors_full, errors_store, checkpoints, checkpoint_us, log_resets;
+#define LMDB_COUNTER_FIELD(name) _Atomic uint64_t name;
+  LMDB_COUNTERS(LMDB_COUNTER_FIELD)
+#undef LMDB_COUNTER_FIELD
 };
 
 /* lmdb_env.c: hold the map around each transaction (begin to commit, abort
