@@ -19,6 +19,7 @@
 #define IDEM_CORE_QUEUE_H
 
 #include <stddef.h>
+#include <string.h>
 
 typedef struct idem_queue idem_queue;
 struct idem_queue {
@@ -83,6 +84,19 @@ static inline void idem_queue_move(idem_queue *from, idem_queue *to) {
   to->next->prev = to;
   to->prev->next = to;
   idem_queue_init(from);
+}
+
+/* In q, whose nodes sit at node_off in their objects, the first object
+ * whose char * at key_off equals key (a registry looked up by name), or
+ * NULL. */
+static inline void *idem_queue_find_key(const idem_queue *q, size_t node_off, size_t key_off,
+                                        const char *key) {
+  for (const idem_queue *n = q->next; n != q; n = n->next) {
+    char *obj = (char *)n - node_off;
+    if (!strcmp(*(char **)(void *)(obj + key_off), key))
+      return obj;
+  }
+  return NULL;
 }
 
 #endif

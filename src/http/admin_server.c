@@ -68,11 +68,7 @@ static void conn_closed(uv_handle_t *h) {
 }
 
 static void conn_close(gw_admin_req *c) {
-  if (c->closing)
-    return;
-  c->closing = 1;
-  uv_close((uv_handle_t *)&c->tcp, conn_closed);
-  uv_close((uv_handle_t *)&c->timer, conn_closed);
+  gw_close_conn(&c->closing, &c->tcp, &c->timer, conn_closed);
 }
 
 static void on_timer(uv_timer_t *t);

@@ -76,11 +76,7 @@ static void conn_unref(gw_conn *c) {
 static void on_handle_close(uv_handle_t *h) { conn_unref(h->data); }
 
 static void conn_close(gw_conn *c) {
-  if (c->closing)
-    return;
-  c->closing = 1;
-  uv_close((uv_handle_t *)&c->tcp, on_handle_close);
-  uv_close((uv_handle_t *)&c->timer, on_handle_close);
+  gw_close_conn(&c->closing, &c->tcp, &c->timer, on_handle_close);
 }
 
 static int64_t us_between(uint64_t from_ns, uint64_t to_ns) {

@@ -40,6 +40,16 @@ gw_send_state gw_send_watch_tick(gw_send_watch *sw, const uv_stream_t *s,
 /* The period of the tick for timeout_ms: a stall is seen at most this late. */
 uint64_t gw_send_watch_period(int64_t timeout_ms);
 
+/* Close a connection's socket and timer, once (*closing says it began);
+ * cb runs for each handle. */
+static inline void gw_close_conn(int *closing, uv_tcp_t *tcp, uv_timer_t *timer, uv_close_cb cb) {
+  if (*closing)
+    return;
+  *closing = 1;
+  uv_close((uv_handle_t *)tcp, cb);
+  uv_close((uv_handle_t *)timer, cb);
+}
+
 /* A connection's one timer, standing for one thing at a time (mode; 0:
  * nothing): set *mode to it and start the timer for ms, or stop it. */
 static inline void gw_timer_mode(uv_timer_t *t, int *mode, int want, int64_t ms, uv_timer_cb cb) {

@@ -53,13 +53,8 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry}; /* lmdb_env.registered */
 
 static lmdb_env *env_find(const char *real) {
-  idem_queue *node;
-  IDEM_QUEUE_FOREACH(node, &registry) {
-    lmdb_env *e = IDEM_QUEUE_DATA(node, lmdb_env, registered);
-    if (!strcmp(e->path, real))
-      return e;
-  }
-  return NULL;
+  return idem_queue_find_key(&registry, offsetof(lmdb_env, registered), offsetof(lmdb_env, path),
+                             real);
 }
 
 static int fail(char **errmsg, int err, const char *fmt, ...)

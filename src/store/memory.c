@@ -226,13 +226,7 @@ static void table_free(table *t) {
 }
 
 static table *table_find(const char *name) {
-  idem_queue *node;
-  IDEM_QUEUE_FOREACH(node, &registry) {
-    table *t = IDEM_QUEUE_DATA(node, table, registered);
-    if (!strcmp(t->name, name))
-      return t;
-  }
-  return NULL;
+  return idem_queue_find_key(&registry, offsetof(table, registered), offsetof(table, name), name);
 }
 
 static int memory_open(idem_store *store, const char *uri, char **errmsg) {
