@@ -207,24 +207,37 @@ static const yaml_node_t *pair_key(walker *w, const yaml_node_pair_t *p, const c
   return k;
 }
 
+/* One key of a mapping and its value, checked. */
+typedef struct {
+  const yaml_node_t *k, *v;
+  const char *key;
+} cf_pair;
+
+static int pair_at(walker *w, const yaml_node_pair_t *p, const char *where, cf_pair *out) {
+  if (!(out->k = pair_key(w, p, where)))
+    return -1;
+  out->key = (const char *)out->k->data.scalar.value;
+  out->v = node(w, p->value);
+  return 0;
+}
+
 /* Route settings (a route's, or defaults:) into items. */
 static int route_settings(walker *w, const yaml_node_t *map, cf_item **items, int *n,
                           const char *where, int skip_match) {
   EACH_PAIR(map, p) {
-    const yaml_node_t *k = pair_key(w, p, where);
-    if (!k)
+    cf_pair kv;
+    if (pair_at(w, p, where, &kv))
       return -1;
-    const char *key = (const char *)k->data.scalar.value;
-    if (skip_match && !strcmp(key, "match"))
+    if (skip_match && !strcmp(kv.key, "match"))
       continue;
-    const setting *row = find_row(w->route, key);
+    const setting *row = find_row(w->route, kv.key);
     if (!row) {
       char names[512];
       names_of(w->route, names, sizeof names);
-      return fail(w, k, "%s is not a route setting (in %s: %s%s)", key, where,
+      return fail(w, kv.k, "%s is not a route setting (in %s: %s%s)", kv.key, where,
                   skip_match ? "match, " : "", names);
     }
-    if (add_item(w, items, n, k, node(w, p->value), row))
+    if (add_item(w, items, n, kv.k, kv.v, row))
       return -1;
   }
   return 0;
@@ -235,28 +248,28 @@ static int route_match(walker *w, const yaml_node_t *m, cf_route *r) {
     return fail(w, m, "match must be a map: {methods: [POST], path: /v1/orders/*}");
   r->match_line = line_of(m);
   EACH_PAIR(m, p) {
-    const yaml_node_t *k = pair_key(w, p, "match");
-    if (!k)
+    cf_pair kv;
+    if (pair_at(w, p, "match", &kv))
       return -1;
-    const char *key = (const char *)k->data.scalar.value;
-    const yaml_node_t *v = node(w, p->value);
-    const char **slot = !strcmp(key, "path") ? &r->path : !strcmp(key, "methods") ? &r->methods : NULL;
+    const char **slot = !strcmp(kv.key, "path")      ? &r->path
+                        : !strcmp(kv.key, "methods") ? &r->methods
+                                                     : NULL;
     if (!slot)
-      return fail(w, k, "match takes methods and path, not %s", key);
+      return fail(w, kv.k, "match takes methods and path, not %s", kv.key);
     if (*slot)
-      return fail(w, k, "match: %s is set twice", key);
+      return fail(w, kv.k, "match: %s is set twice", kv.key);
     if (slot == &r->path) {
-      const char *s = scalar(w, v, "match: path");
+      const char *s = scalar(w, kv.v, "match: path");
       if (!s)
         return -1;
       if (s[0] != '/' && strcmp(s, "*") && strcmp(s, "**"))
-        return fail(w, v, "match: path '%s' must start with / (a glob: * within a segment, ** "
-                          "across segments)", s);
+        return fail(w, kv.v, "match: path '%s' must start with / (a glob: * within a segment, ** "
+                             "across segments)", s);
       if (strlen(s) >= 256)
-        return fail(w, v, "match: path is longer than 255 characters");
+        return fail(w, kv.v, "match: path is longer than 255 characters");
       *slot = keep(w->d, s, strlen(s));
     } else {
-      *slot = value_text(w, v, "match: methods");
+      *slot = value_text(w, kv.v, "match: methods");
     }
     if (!*slot)
       return -1;
@@ -299,34 +312,33 @@ static int top_level(walker *w, const yaml_node_t *root) {
     return fail(w, root, "the file must be a map of settings (listen: ..., routes: ...)");
   int seen_defaults = 0, seen_routes = 0;
   EACH_PAIR(root, p) {
-    const yaml_node_t *k = pair_key(w, p, "the file");
-    if (!k)
+    cf_pair kv;
+    if (pair_at(w, p, "the file", &kv))
       return -1;
-    const char *key = (const char *)k->data.scalar.value;
-    const yaml_node_t *v = node(w, p->value);
-    if (!strcmp(key, "defaults")) {
+    if (!strcmp(kv.key, "defaults")) {
       if (seen_defaults++)
-        return fail(w, k, "defaults is set twice");
-      if (v->type != YAML_MAPPING_NODE)
-        return fail(w, v, "defaults must be a map of route settings");
-      if (route_settings(w, v, &w->d->top, &w->d->ntop, "defaults", 0))
+        return fail(w, kv.k, "defaults is set twice");
+      if (kv.v->type != YAML_MAPPING_NODE)
+        return fail(w, kv.v, "defaults must be a map of route settings");
+      if (route_settings(w, kv.v, &w->d->top, &w->d->ntop, "defaults", 0))
         return -1;
       continue;
     }
-    if (!strcmp(key, "routes")) {
+    if (!strcmp(kv.key, "routes")) {
       if (seen_routes++)
-        return fail(w, k, "routes is set twice");
-      if (routes(w, v))
+        return fail(w, kv.k, "routes is set twice");
+      if (routes(w, kv.v))
         return -1;
       continue;
     }
-    const setting *row = find_row(w->top, key);
+    const setting *row = find_row(w->top, kv.key);
     if (!row || !strcmp(row->name, "config")) {
       char names[1024];
       names_of(w->top, names, sizeof names);
-      return fail(w, k, "unknown key %s (the file takes defaults, routes and %s)", key, names);
+      return fail(w, kv.k, "unknown key %s (the file takes defaults, routes and %s)", kv.key,
+                  names);
     }
-    if (add_item(w, &w->d->top, &w->d->ntop, k, v, row))
+    if (add_item(w, &w->d->top, &w->d->ntop, kv.k, kv.v, row))
       return -1;
   }
   return 0;
