@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
+#include "../support/store_loop.h"
 
 static const char *store_uri;
 static char run_id[64];
@@ -658,12 +659,7 @@ static void *claim_burst(void *arg) {
     assert_int_equal(idem_store_submit(store, &op, count_outcome, &c->t), 0);
   while (c->t.claimed + c->t.busy + c->t.other < c->n)
     uv_run(&loop, UV_RUN_ONCE);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
+  close_store_and_loop(&loop, store);
   return NULL;
 }
 

@@ -25,6 +25,7 @@
 #include "idem/idem.h"
 #include "idem/idem_pg.h"
 #include "support/slow_dns.h"
+#include "../support/store_loop.h"
 
 #ifndef IDEM_TEST_SUPPORT
 #define IDEM_TEST_SUPPORT "tests/support"
@@ -190,11 +191,6 @@ static void count(idem_store *store, const idem_result *res, void *arg) {
     t->other++;
 }
 
-static void on_closed(idem_store *store, void *arg) {
-  (void)store;
-  *(int *)arg = 1;
-}
-
 static void run_until(uv_loop_t *loop, int *flag, int target, int64_t deadline_ms) {
   int64_t deadline = idem_now_ms() + deadline_ms;
   while (*flag < target) {
@@ -226,21 +222,7 @@ static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
   run_until(&loop, &t.done, 11, 10000);
   assert_int_equal(t.ok, 10);
   assert_int_equal(t.estore, 1);
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
-}
-
-static void close_store(uv_loop_t *loop, idem_store *store) {
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(loop, UV_RUN_ONCE);
-  uv_run(loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(loop), 0);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 static int backend_pid(const char *application) {
@@ -288,7 +270,7 @@ static void hung_server_times_out(void **state) {
     run_until(&loop, &t.done, before + 1, 10000);
     usleep(20 * 1000);
   }
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 /* A key locked by someone's open transaction fails after lock_timeout; the
@@ -316,7 +298,7 @@ static void row_lock_held_elsewhere_fails_only_its_key(void **state) {
   assert_int_equal(t.estore, 1);
   PQclear(PQexec(holder, "ROLLBACK"));
   PQfinish(holder);
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 /* A store at base_uri's server, named HOST instead of 127.0.0.1, with the
@@ -387,7 +369,7 @@ static void reconnect_looks_the_host_up_off_the_loop(void **state) {
   assert_true(slow_dns_lookups() >= 1); /* it came back by name */
   slow_dns_stop();
   assert_int_equal(slow_dns_lookups_on_loop(), 0);
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 /* Several hosts (a primary and its standby, in one URI): each name is
@@ -411,7 +393,7 @@ static void several_hosts_are_looked_up_off_the_loop(void **state) {
   assert_true(slow_dns_lookups() >= 1); /* localhost too */
   slow_dns_stop();
   assert_int_equal(slow_dns_lookups_on_loop(), 0);
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
   close(silent);
 }
 
@@ -424,7 +406,7 @@ static void closing_while_the_name_is_looked_up(void **state) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   idem_store *store = open_at_host(&loop, "localhost", "pool=2");
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
   assert_int_equal(slow_dns_lookups(), 2); /* open's own, and the second's */
   slow_dns_stop();
 }
@@ -444,7 +426,7 @@ static void lookup_slower_than_the_timeout(void **state) {
   claim_until_back(&loop, store, "slow");
   slow_dns_stop();
   assert_int_equal(slow_dns_most_at_once(), 1);
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 /* A name with several addresses: a reconnection tries them in order, as
@@ -458,7 +440,7 @@ static void reconnect_tries_every_address_of_the_name(void **state) {
       open_at_host(&loop, "idem-test-two-addrs", "pool=1&application_name=idem-two");
   cut_connections("idem-two");
   claim_until_back(&loop, store, "two");
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 /* The name's first address (127.0.0.2) now takes connections and never
@@ -476,7 +458,7 @@ static void address_that_timed_out_is_tried_last(void **state) {
   assert_true(silent >= 0);
   cut_connections("idem-silent");
   claim_until_back(&loop, store, "silent");
-  close_store(&loop, store);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
   close(silent);
 }
 
@@ -548,12 +530,7 @@ static void server_stop_and_start_fails_fast_then_recovers(void **state) {
   idem_result_clear(&res);
   idem_sync_close(db);
 
-  int closed = 0;
-  idem_store_close(store, on_closed, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 int main(int argc, char **argv) {

@@ -24,6 +24,7 @@
 #include "idem/idem.h"
 #include "store/redis.h"
 #include "support/slow_dns.h"
+#include "../support/store_loop.h"
 
 #define DEADLINE_MS 10000
 #define TTL_LONG_MS (3600 * 1000)
@@ -451,12 +452,7 @@ static void killed_connection_fails_in_flight_then_recovers(void **state) {
     uv_run(&loop, UV_RUN_NOWAIT);
     usleep(10 * 1000);
   }
-  int closed = 0;
-  idem_store_close(store, closed_cb, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
 static void server_that_stops_answering_times_out(void **state) {
@@ -585,12 +581,7 @@ static void list_is_ordered_resumable_and_skips_released(void **state) {
   }
   while (done < releases)
     uv_run(&loop, UV_RUN_ONCE);
-  int closed = 0;
-  idem_store_close(store, closed_cb, &closed);
-  while (!closed)
-    uv_run(&loop, UV_RUN_ONCE);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
+  close_store_and_loop(&loop, store);
   qsort(live, nlive, sizeof live[0], by_key);
 
   idem_sync *db = open_uri(base_uri);
