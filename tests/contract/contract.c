@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "idem/idem.h"
-#include "../support/store_loop.h"
+#include "../support/store_test.h"
 
 static const char *store_uri;
 static char run_id[64];
@@ -31,13 +31,7 @@ static idem_sync *db;
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static const char *unique_key(const char *name) {
-  static char buf[8][200];
-  static int next;
-  char *k = buf[next++ % 8];
-  snprintf(k, 200, "%s-%s", run_id, name);
-  return k;
-}
+static const char *unique_key(const char *name) { return run_key(run_id, name); }
 
 static void fingerprint_of(const char *text, uint8_t fp[IDEM_FINGERPRINT_LEN]) {
   assert_int_equal(idem_fingerprint("POST", "/contract", text, strlen(text), 0, fp), 0);
@@ -782,7 +776,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   store_uri = argv[1];
-  snprintf(run_id, sizeof run_id, "c%ld-%lld", (long)getpid(), (long long)idem_now_ms());
+  make_run_id(run_id, sizeof run_id, 'c');
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(unseen_claim_gives_fence_one),
       cmocka_unit_test(duplicate_while_processing_is_busy),

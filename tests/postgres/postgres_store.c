@@ -25,7 +25,7 @@
 #include "idem/idem.h"
 #include "idem/idem_pg.h"
 #include "support/slow_dns.h"
-#include "../support/store_loop.h"
+#include "../support/store_test.h"
 
 #ifndef IDEM_TEST_SUPPORT
 #define IDEM_TEST_SUPPORT "tests/support"
@@ -303,10 +303,12 @@ static void row_lock_held_elsewhere_fails_only_its_key(void **state) {
 
 /* A store at base_uri's server, named HOST instead of 127.0.0.1, with the
  * URI parameters PARAMS (the test skips when base_uri names no 127.0.0.1). */
+/* A store on loop (initialised here) at base_uri's server named host. */
 static idem_store *open_at_host(uv_loop_t *loop, const char *host, const char *params) {
   const char *at = strstr(base_uri, "@127.0.0.1:");
   if (!at)
     skip();
+  uv_loop_init(loop);
   char uri[512];
   snprintf(uri, sizeof uri, "%.*s@%s:%s?%s", (int)(at - base_uri), base_uri, host,
            at + strlen("@127.0.0.1:"), params);
@@ -359,7 +361,6 @@ static void claim_until_back(uv_loop_t *loop, idem_store *store, const char *pre
 static void reconnect_looks_the_host_up_off_the_loop(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   /* pool=1: a second connection could still be connecting when the cut
    * comes, survive it and answer without a reconnection */
   idem_store *store = open_at_host(&loop, "localhost", "pool=1&application_name=idem-dns");
@@ -382,7 +383,6 @@ static void several_hosts_are_looked_up_off_the_loop(void **state) {
   char hosts[128];
   snprintf(hosts, sizeof hosts, "idem-test-two-addrs:%d,localhost", port);
   uv_loop_t loop;
-  uv_loop_init(&loop);
   idem_store *store = open_at_host(&loop, hosts,
                                    "pool=1&timeout=500ms&application_name=idem-hosts");
   int silent = slow_dns_silent_first(port);
@@ -404,7 +404,6 @@ static void closing_while_the_name_is_looked_up(void **state) {
   (void)state;
   slow_dns_watch(pthread_self());
   uv_loop_t loop;
-  uv_loop_init(&loop);
   idem_store *store = open_at_host(&loop, "localhost", "pool=2");
   assert_int_equal(close_store_and_loop(&loop, store), 0);
   assert_int_equal(slow_dns_lookups(), 2); /* open's own, and the second's */
@@ -417,7 +416,6 @@ static void closing_while_the_name_is_looked_up(void **state) {
 static void lookup_slower_than_the_timeout(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   idem_store *store =
       open_at_host(&loop, "localhost", "pool=1&timeout=500ms&application_name=idem-slow");
   slow_dns_watch(pthread_self());
@@ -435,7 +433,6 @@ static void lookup_slower_than_the_timeout(void **state) {
 static void reconnect_tries_every_address_of_the_name(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   idem_store *store =
       open_at_host(&loop, "idem-test-two-addrs", "pool=1&application_name=idem-two");
   cut_connections("idem-two");
@@ -451,7 +448,6 @@ static void address_that_timed_out_is_tried_last(void **state) {
   (void)state;
   int port = server_port();
   uv_loop_t loop;
-  uv_loop_init(&loop);
   idem_store *store = open_at_host(&loop, "idem-test-two-addrs",
                                    "pool=1&timeout=500ms&application_name=idem-silent");
   int silent = slow_dns_silent_first(port);

@@ -24,7 +24,7 @@
 #include "idem/idem.h"
 #include "store/redis.h"
 #include "support/slow_dns.h"
-#include "../support/store_loop.h"
+#include "../support/store_test.h"
 
 #define DEADLINE_MS 10000
 #define TTL_LONG_MS (3600 * 1000)
@@ -71,13 +71,7 @@ static void cmd_ok(const char *fmt, ...) {
   freeReplyObject(r);
 }
 
-static const char *key_of(const char *name) {
-  static char buf[8][128];
-  static int next;
-  char *k = buf[next++ % 8];
-  snprintf(k, 128, "%s-%s", run_id, name);
-  return k;
-}
+static const char *key_of(const char *name) { return run_key(run_id, name); }
 
 static idem_op claim_op(const char *scope, const char *key, int64_t lease, int64_t ttl) {
   idem_op op = {.kind = IDEM_OP_CLAIM, .scope = scope, .key = key, .lease_ms = lease,
@@ -647,7 +641,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "redis_store: cannot connect to %s\n", base_uri);
     return 1;
   }
-  snprintf(run_id, sizeof run_id, "r%ld-%lld", (long)getpid(), (long long)idem_now_ms());
+  make_run_id(run_id, sizeof run_id, 'r');
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(record_is_one_hash_expiring_at_expires_at),
       cmocka_unit_test(auth_and_database_from_the_uri),
