@@ -79,6 +79,13 @@ class TxCrash(unittest.TestCase):
         self.wait_stopped(p, step)
         self.kill(p)
 
+    def run_to_the_end(self, order, reserve, charge):
+        """Run the example for order to its end: what each step said."""
+        rc, out, err = self.finish(self.run_example(order))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("reserve: " + reserve, out)
+        self.assertIn("charge: " + charge, out)
+
     def ledger(self, order, step):
         return int(psql("SELECT count(*) FROM example_ledger "
                         "WHERE order_id = '%s' AND step = '%s'" % (order, step)))
@@ -100,18 +107,12 @@ class TxCrash(unittest.TestCase):
         self.assertEqual(self.ledger(order, "reserve"), 0)
         self.assertEqual(self.record(order, "reserve"), "")
         # the retry runs the step (fence 1: nothing was kept), then the next
-        rc, out, err = self.finish(self.run_example(order))
-        self.assertEqual(rc, 0, err)
-        self.assertIn("reserve: done", out)
-        self.assertIn("charge: done", out)
+        self.run_to_the_end(order, "done", "done")
         self.assertEqual(self.ledger(order, "reserve"), 1)
         self.assertEqual(self.ledger(order, "charge"), 1)
         self.assertEqual(self.record(order, "reserve"), "2 1")
         # and every later run replays without writing
-        rc, out, err = self.finish(self.run_example(order))
-        self.assertEqual(rc, 0, err)
-        self.assertIn("reserve: already done", out)
-        self.assertIn("charge: already done", out)
+        self.run_to_the_end(order, "already done", "already done")
         self.assertEqual(self.ledger(order, "reserve"), 1)
         self.assertEqual(self.ledger(order, "charge"), 1)
 
@@ -122,10 +123,7 @@ class TxCrash(unittest.TestCase):
         self.assertEqual(self.ledger(order, "reserve"), 1)  # committed before
         self.assertEqual(self.ledger(order, "charge"), 0)
         self.assertEqual(self.record(order, "charge"), "")
-        rc, out, err = self.finish(self.run_example(order))
-        self.assertEqual(rc, 0, err)
-        self.assertIn("reserve: already done", out)
-        self.assertIn("charge: done", out)
+        self.run_to_the_end(order, "already done", "done")
         self.assertEqual(self.ledger(order, "charge"), 1)
 
     def test_concurrent_run_waits_then_runs_after_the_crash(self):
