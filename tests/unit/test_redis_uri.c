@@ -38,6 +38,30 @@ static void parse_bad(const char *uri) {
   free(why);
 }
 
+/* uri gives this host, port and database. */
+static void expect_where(const char *uri, const char *host, int port, int db) {
+  idem_redis_uri u = parse_ok(uri);
+  assert_string_equal(u.host, host);
+  assert_int_equal(u.port, port);
+  assert_int_equal(u.db, db);
+  idem_redis_uri_clear(&u);
+}
+
+/* uri gives this user and password (NULL: none), at host h. */
+static void expect_auth(const char *uri, const char *user, const char *password) {
+  idem_redis_uri u = parse_ok(uri);
+  if (user)
+    assert_string_equal(u.user, user);
+  else
+    assert_null(u.user);
+  if (password)
+    assert_string_equal(u.password, password);
+  else
+    assert_null(u.password);
+  assert_string_equal(u.host, "h");
+  idem_redis_uri_clear(&u);
+}
+
 static void host_and_port(void **state) {
   (void)state;
   idem_redis_uri u = parse_ok("redis://127.0.0.1:6380");
@@ -51,55 +75,20 @@ static void host_and_port(void **state) {
   assert_int_equal(u.connect_timeout_ms, IDEM_REDIS_CONNECT_TIMEOUT_MS);
   idem_redis_uri_clear(&u);
 
-  u = parse_ok("redis://cache.internal");
-  assert_string_equal(u.host, "cache.internal");
-  assert_int_equal(u.port, 6379);
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://[::1]:7000/3");
-  assert_string_equal(u.host, "::1");
-  assert_int_equal(u.port, 7000);
-  assert_int_equal(u.db, 3);
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://h/");
-  assert_int_equal(u.db, 0);
-  idem_redis_uri_clear(&u);
+  expect_where("redis://cache.internal", "cache.internal", 6379, 0);
+  expect_where("redis://[::1]:7000/3", "::1", 7000, 3);
+  expect_where("redis://h/", "h", 6379, 0);
 }
 
 static void user_and_password(void **state) {
   (void)state;
-  idem_redis_uri u = parse_ok("redis://app:s3cret@h:1/2");
-  assert_string_equal(u.user, "app");
-  assert_string_equal(u.password, "s3cret");
-  assert_string_equal(u.host, "h");
-  assert_int_equal(u.port, 1);
-  assert_int_equal(u.db, 2);
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://:only-pass@h"); /* AUTH with one argument */
-  assert_null(u.user);
-  assert_string_equal(u.password, "only-pass");
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://bare@h"); /* as redis-cli: a bare word is the password */
-  assert_null(u.user);
-  assert_string_equal(u.password, "bare");
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://us%40er:p%3Aa%2Fss%20word@h"); /* percent-decoded */
-  assert_string_equal(u.user, "us@er");
-  assert_string_equal(u.password, "p:a/ss word");
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://u:p@ss@h"); /* the last '@' ends the user info */
-  assert_string_equal(u.password, "p@ss");
-  assert_string_equal(u.host, "h");
-  idem_redis_uri_clear(&u);
-
-  u = parse_ok("redis://:@h"); /* an empty password is none */
-  assert_null(u.password);
-  idem_redis_uri_clear(&u);
+  expect_auth("redis://app:s3cret@h:1/2", "app", "s3cret");
+  expect_where("redis://app:s3cret@h:1/2", "h", 1, 2);
+  expect_auth("redis://:only-pass@h", NULL, "only-pass"); /* AUTH with one argument */
+  expect_auth("redis://bare@h", NULL, "bare"); /* as redis-cli: a bare word is the password */
+  expect_auth("redis://us%40er:p%3Aa%2Fss%20word@h", "us@er", "p:a/ss word"); /* decoded */
+  expect_auth("redis://u:p@ss@h", "u", "p@ss"); /* the last '@' ends the user info */
+  expect_auth("redis://:@h", NULL, NULL); /* an empty password is none */
 }
 
 static void options(void **state) {
