@@ -200,6 +200,16 @@ static void record_is_one_hash_expiring_at_expires_at(void **state) {
 
 /* ---- connection settings ----------------------------------------------- */
 
+/* Open uri and claim key there (a first claim): the store handle. */
+static idem_sync *open_and_claim(const char *uri, const char *key) {
+  idem_result res;
+  idem_sync *db = open_uri(uri);
+  assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res);
+  return db;
+}
+
 static void auth_and_database_from_the_uri(void **state) {
   (void)state;
   cmd_ok("ACL SETUSER idemtest on >p@ss:w/rd ~* &* +@all");
@@ -207,19 +217,14 @@ static void auth_and_database_from_the_uri(void **state) {
   size_t nlen;
   char *name = idem_redis_key("idem", "", key, &nlen);
   idem_result res;
-
-  idem_sync *db = open_uri(uri_with("idemtest:p%40ss%3Aw%2Frd@", "/5"));
-  assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), 0);
-  assert_int_equal(res.outcome, IDEM_CLAIMED);
-  idem_result_clear(&res);
-  idem_sync_close(db);
+  idem_sync_close(open_and_claim(uri_with("idemtest:p%40ss%3Aw%2Frd@", "/5"), key));
   assert_int_equal(cmd_int("EXISTS %s", name), 0); /* not in db 0 */
   cmd_ok("SELECT 5");
   assert_int_equal(cmd_int("EXISTS %s", name), 1);
   cmd_ok("SELECT 0");
 
   /* a wrong password: the operation fails, it does not hang */
-  db = open_uri(uri_with("idemtest:wrong@", "/5"));
+  idem_sync *db = open_uri(uri_with("idemtest:wrong@", "/5"));
   assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), IDEM_ESTORE);
   idem_sync_close(db);
   cmd_ok("ACL DELUSER idemtest");
@@ -232,9 +237,7 @@ static void prefix_option_names_the_keys(void **state) {
   size_t nlen;
   char *name = idem_redis_key("shop", "", key, &nlen);
   idem_result res;
-  idem_sync *db = open_uri(uri_with("", "?prefix=shop&timeout=2s"));
-  assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), 0);
-  idem_result_clear(&res);
+  idem_sync *db = open_and_claim(uri_with("", "?prefix=shop&timeout=2s"), key);
   assert_int_equal(cmd_int("EXISTS %s", name), 1);
   idem_op list = {.kind = IDEM_OP_LIST, .scope = "", .limit = 100};
   assert_int_equal(idem_sync_run(db, &list, &res), 0);
