@@ -584,6 +584,13 @@ class GatewayTestCase(unittest.TestCase):
     def _finish_gateway(self, gw):
         finish_process(self, gw)
 
+    def twice(self, gw, method, target, body, key):
+        """The same request twice through gw; the first must get 200."""
+        r1 = gw.request(method, target, body=body, key=key)
+        r2 = gw.request(method, target, body=body, key=key)
+        self.assertEqual(r1.status, 200, self.gw_log())
+        return r1, r2
+
     def tempdir(self):
         d = tempfile.mkdtemp(prefix="idem-e2e-")
         if not os.environ.get("IDEM_E2E_KEEP"):

@@ -210,9 +210,7 @@ class PassThrough(GatewayTestCase):
 
     def test_patch_has_semantics_by_default(self):
         gw = self.start_gateway(self.up)
-        r1 = gw.request("PATCH", "/r", body=b"p", key="kp")
-        r2 = gw.request("PATCH", "/r", body=b"p", key="kp")
-        self.assertEqual(r1.status, 200, self.gw_log())
+        r1, r2 = self.twice(gw, "PATCH", "/r", b"p", "kp")
         self.assertTrue(r2.replayed, r2)
         self.assertEqual(self.up.count("kp"), 1)
 

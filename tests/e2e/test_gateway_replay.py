@@ -261,9 +261,7 @@ class Replay(GatewayTestCase):
 
     def test_empty_body_post_replays(self):
         gw = self.start_gateway(self.up)
-        r1 = gw.request("POST", "/e", body=b"", key="empty")
-        r2 = gw.request("POST", "/e", body=b"", key="empty")
-        self.assertEqual(r1.status, 200, self.gw_log())
+        r1, r2 = self.twice(gw, "POST", "/e", b"", "empty")
         self.assertTrue(r2.replayed, r2)
         self.assertProblem(gw.request("POST", "/e", body=b"x", key="empty"), 422)
         self.assertEqual(self.up.count("empty"), 1)
