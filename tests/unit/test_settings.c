@@ -57,16 +57,22 @@ static int parse(cfg_t *c, int argc, char **argv) {
   parse(c, (int)(sizeof((char *[]){"cmd", __VA_ARGS__}) / sizeof(char *)),                   \
         (char *[]){"cmd", __VA_ARGS__})
 
+/* Every setting of c, as the test table's rows hold them. */
+static void expect_values(const cfg_t *c, int on, const char *name, int64_t wait_ms, uint64_t size,
+                          int count, const char *custom) {
+  assert_int_equal(c->on, on);
+  assert_string_equal(c->name, name);
+  assert_int_equal(c->wait_ms, wait_ms);
+  assert_int_equal(c->size, size);
+  assert_int_equal(c->count, count);
+  assert_string_equal(c->custom, custom);
+}
+
 static void test_defaults(void **state) {
   (void)state;
   cfg_t c;
   assert_int_equal(parse(&c, 1, (char *[]){"cmd"}), 0);
-  assert_int_equal(c.on, 0);
-  assert_string_equal(c.name, "anon");
-  assert_int_equal(c.wait_ms, 0);
-  assert_int_equal(c.size, 65536);
-  assert_int_equal(c.count, 3);
-  assert_string_equal(c.custom, "ABC");
+  expect_values(&c, 0, "anon", 0, 65536, 3, "ABC");
 }
 
 static void test_every_kind_and_form(void **state) {
@@ -75,12 +81,7 @@ static void test_every_kind_and_form(void **state) {
   assert_int_equal(PARSE(&c, "--on", "--name", "x", "--wait=2s", "--size", "1MiB", "--count=10",
                          "--upper", "Q", "w1", "--", "--w2"),
                    0);
-  assert_int_equal(c.on, 1);
-  assert_string_equal(c.name, "x");
-  assert_int_equal(c.wait_ms, 2000);
-  assert_int_equal(c.size, 1 << 20);
-  assert_int_equal(c.count, 10);
-  assert_string_equal(c.custom, "Q");
+  expect_values(&c, 1, "x", 2000, 1 << 20, 10, "Q");
   assert_int_equal(c.words.n, 2);
   assert_string_equal(c.words.words[0], "w1");
   assert_string_equal(c.words.words[1], "--w2"); /* after "--", a word */
