@@ -24,6 +24,8 @@
 
 #include <cmocka.h>
 
+#include "../support/temp_root.h"
+
 #include <uv.h>
 
 #include "idem/idem.h"
@@ -48,12 +50,6 @@ static char *uri_of(const char *path, const char *opts) {
   char *u = buf[next++ % 4];
   snprintf(u, 512, "lmdb:%s%s%s", path, opts ? "?" : "", opts ? opts : "");
   return u;
-}
-
-static void rm_rf(const char *path) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  assert_int_equal(system(cmd), 0);
 }
 
 static int open_err(const char *uri, char **msg) {
@@ -1025,19 +1021,6 @@ static void closing_a_shared_handle_never_touches_it_afterwards(void **state) {
   idem_sync_close(other);
 }
 
-static int setup(void **state) {
-  (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(root, sizeof root, "%s/idem-lmdb-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  rm_rf(root);
-  return 0;
-}
-
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--hold-write-lock"))
     return hold_lock_main(argv[2]);
@@ -1068,5 +1051,5 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_guest_takes_over_from_a_killed_owner),
       cmocka_unit_test(log_off_commits_each_batch_to_lmdb),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, temp_root_setup, temp_root_teardown);
 }

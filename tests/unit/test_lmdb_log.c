@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "../support/temp_root.h"
+
 #include "core/scoped_key.h"
 #include "idem/idem.h"
 #include "store/lmdb_logfmt.h"
@@ -146,25 +148,6 @@ static void walk_stops_at_stale_batches(void **state) {
 
 /* ---- a store whose log is torn ----------------------------------------- */
 
-static char root[256];
-
-static void rm_rf(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        rm_rf(sub);
-      }
-    closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
 static int has_key(idem_sync *s, const char *key) {
   idem_op op = {.kind = IDEM_OP_GET, .key = key};
   idem_result res;
@@ -238,19 +221,6 @@ static void torn_log_opens_cleanly_at_every_byte(void **state) {
   free(img);
 }
 
-static int setup(void **state) {
-  (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(root, sizeof root, "%s/idem-log-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  rm_rf(root);
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_known_answer),
@@ -259,5 +229,5 @@ int main(void) {
       cmocka_unit_test(walk_stops_at_stale_batches),
       cmocka_unit_test(torn_log_opens_cleanly_at_every_byte),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, temp_root_setup, temp_root_teardown);
 }
