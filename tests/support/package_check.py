@@ -88,11 +88,12 @@ def check_serve(idem, root, tmp):
     check(out.returncode == 0 and "ok" in out.stdout, "idem config check " + conf)
     up = Upstream().start()
     port, admin = free_port(), free_port()
+    log = os.path.join(tmp, "serve.log")
     # the example file as it ships; flags put its listeners and store here
     proc = subprocess.Popen([idem, "serve", "--config", conf, "--listen", "127.0.0.1:%d" % port,
                              "--admin-listen", "127.0.0.1:%d" % admin, "--upstream", up.url,
                              "--store", "lmdb:%s/data" % tmp, "--spool", "%s/spool" % tmp],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=open(log, "w"))
     try:
         def ready():
             try:
@@ -108,11 +109,11 @@ def check_serve(idem, root, tmp):
               and up.count("o-17") == 1,
               "the example's /v1/orders route keys on json:/order_id: the retry replays")
         proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: proc.poll() is None, 2)
+        # SIGTERM only once the reload is logged: sent at once, it can win
+        wait_for(lambda: "reloaded" in open(log).read(), 20, what="SIGHUP reloads the example file")
+        check(True, "SIGHUP reloads the example file")
         proc.send_signal(signal.SIGTERM)
         check(proc.wait(30) == 0, "SIGHUP, then SIGTERM: exit 0")
-        err = proc.stderr.read()
-        check("reloaded" in err, "SIGHUP reloads the example file")
     finally:
         if proc.poll() is None:
             proc.kill()
