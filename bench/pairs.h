@@ -1,7 +1,9 @@
 /* pairs.h - the claim+complete pairs the store bench drivers keep in
  * flight on one loop (redis_bench.c, pg_bench.c): each pair claims a fresh
- * key, completes it, and starts again until the deadline. Header-only:
- * each driver is one executable. */
+ * key, completes it, and starts again until the deadline. With replay_keys
+ * set the keys go round a set of that many instead: once each is completed
+ * a pair is one claim answered REPLAY. Header-only: each driver is one
+ * executable. */
 #ifndef IDEM_BENCH_PAIRS_H
 #define IDEM_BENCH_PAIRS_H
 
@@ -34,6 +36,7 @@ struct pair_loop {
   int64_t ttl_ms;
   int64_t end_ns;     /* no pair starts after this */
   const char *body;   /* of the completes, with Content-Type: application/json */
+  uint64_t replay_keys; /* 0: a fresh key per pair; else keys PREFIX-0..N-1 */
   uint64_t seq, done, errors;
   int outstanding, stopping;
   latencies lat;      /* of pairs, microseconds */
@@ -62,6 +65,10 @@ static void pair_completed(idem_store *s, const idem_result *res, void *arg) {
 static void pair_claimed(idem_store *s, const idem_result *res, void *arg) {
   pair *p = arg;
   static const char headers[] = "Content-Type: application/json\r\n";
+  if (!res->err && res->outcome == IDEM_REPLAY && p->l->replay_keys) {
+    pair_end(p, 1);
+    return;
+  }
   if (res->err || res->outcome != IDEM_CLAIMED) {
     pair_end(p, 0);
     return;
@@ -85,7 +92,8 @@ static void pair_start(pair *p) {
     }
     return;
   }
-  snprintf(p->key, sizeof p->key, "%s-%llu", l->prefix, (unsigned long long)l->seq++);
+  uint64_t n = l->replay_keys ? l->seq++ % l->replay_keys : l->seq++;
+  snprintf(p->key, sizeof p->key, "%s-%llu", l->prefix, (unsigned long long)n);
   idem_op op = {.kind = IDEM_OP_CLAIM, .scope = l->scope, .key = p->key, .lease_ms = 30000,
                 .ttl_ms = l->ttl_ms};
   idem_fingerprint("POST", "/bench", l->body, strlen(l->body), 0, op.fingerprint);

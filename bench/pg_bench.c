@@ -1,11 +1,13 @@
 /*
  * pg_bench.c - claim+complete throughput of the PostgreSQL store.
  *
- *   pg_bench run URI [IN_FLIGHT] [SECONDS]
+ *   pg_bench run URI [IN_FLIGHT] [SECONDS] [REPLAY_KEYS]
  *       one loop, one store handle (its pool: pool=N in URI), keeps
  *       IN_FLIGHT claim+complete pairs in flight, each on a fresh key, for
  *       SECONDS. Prints one line of key=value figures: pairs per second and
- *       the latency of a pair (p50, p99).
+ *       the latency of a pair (p50, p99). With REPLAY_KEYS, the keys go
+ *       round that many (replay-0 ...): once they are completed every claim
+ *       is a replay, and a "pair" is that one claim.
  *   pg_bench script
  *       prints a pgbench script running the very statements the store
  *       prepares (claim, then complete of a fresh key), so that
@@ -30,11 +32,15 @@ static void on_closed(idem_store *s, void *arg) {
   *(int *)arg = 1;
 }
 
-static int run(const char *uri, int in_flight, double secs) {
+static int run(const char *uri, int in_flight, double secs, uint64_t replay_keys) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   pair_loop b = {.scope = "bench", .ttl_ms = 24 * 3600 * 1000, .body = body};
-  snprintf(b.prefix, sizeof b.prefix, "r%lld", (long long)idem_now_ms());
+  b.replay_keys = replay_keys;
+  if (replay_keys)
+    snprintf(b.prefix, sizeof b.prefix, "replay");
+  else
+    snprintf(b.prefix, sizeof b.prefix, "r%lld", (long long)idem_now_ms());
   char *msg = NULL;
   int err = idem_store_open(&loop, uri, &b.store, &msg);
   if (err) {
@@ -57,9 +63,9 @@ static int run(const char *uri, int in_flight, double secs) {
   uv_loop_close(&loop);
   latencies_sort(&b.lat);
   const char *pool = strstr(uri, "pool="), *batch = strstr(uri, "batch=");
-  printf("tool=idem pool=%d batch=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
+  printf("tool=idem mode=%s pool=%d batch=%d in_flight=%d pairs=%llu errors=%llu seconds=%.2f "
          "pairs_per_sec=%.0f p50_ms=%.2f p99_ms=%.2f\n",
-         pool ? atoi(pool + 5) : 2, batch ? atoi(batch + 6) : 64, in_flight, (unsigned long long)b.done,
+         replay_keys ? "replay" : "unique", pool ? atoi(pool + 5) : 2, batch ? atoi(batch + 6) : 64, in_flight, (unsigned long long)b.done,
          (unsigned long long)b.errors, elapsed, (double)b.done / elapsed, latencies_ms(&b.lat, 0.50),
          latencies_ms(&b.lat, 0.99));
   free(b.lat.v);
@@ -115,7 +121,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc < 3 || strcmp(argv[1], "run")) {
-    fprintf(stderr, "usage: pg_bench run URI [IN_FLIGHT] [SECONDS] | pg_bench script\n");
+    fprintf(stderr, "usage: pg_bench run URI [IN_FLIGHT] [SECONDS] [REPLAY_KEYS] | pg_bench script\n");
     return 2;
   }
   int in_flight = argc > 3 ? atoi(argv[3]) : 64;
@@ -124,5 +130,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pg_bench: IN_FLIGHT and SECONDS must be positive\n");
     return 2;
   }
-  return run(argv[2], in_flight, secs);
+  uint64_t replay_keys = argc > 5 ? strtoull(argv[5], NULL, 10) : 0;
+  return run(argv[2], in_flight, secs, replay_keys);
 }
