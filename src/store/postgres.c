@@ -61,8 +61,10 @@ static void batch_done(pgs_conn *c) {
   if (!b->failed) {
     for (int i = 0; i < b->n; i++) {
       idem_req *req = b->reqs[i];
-      idem_pg_result_fill(&req->op, b->res[i], &req->result, NULL);
-      idem_req_finish(req);
+      if (idem_pg_result_fill(&req->op, b->res[i], &req->result, NULL))
+        pgs_push(&st->pending, req); /* a claim to send again */
+      else
+        idem_req_finish(req);
     }
   } else if (b->n == 1) {
     idem_req_fail(b->reqs[0], b->err);

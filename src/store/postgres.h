@@ -53,9 +53,11 @@ typedef struct {
 int idem_pg_params_build(const idem_op *op, idem_pg_params *p);
 
 /* Turn the PGresult of op's statement into *res (err set on failure). When
- * errmsg is not NULL, a server error's message is left there (malloc'd). */
-void idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
-                         char **errmsg);
+ * errmsg is not NULL, a server error's message is left there (malloc'd).
+ * Returns 1, *res left empty, for a claim that met a row its statement could
+ * not read yet: send it again (postgres_sql.c says why); otherwise 0. */
+int idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
+                        char **errmsg);
 
 /* The IDEM_E* code for a failed PGresult: IDEM_ESCHEMA when the table is
  * missing (undefined table/column/function), IDEM_ESTORE otherwise. */

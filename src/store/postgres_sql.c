@@ -8,17 +8,18 @@
  * does not go back to the start of a long caller transaction.
  *
  * The claim is the delicate one. INSERT ... ON CONFLICT DO UPDATE WHERE
- * returns nothing when the WHERE refuses, and a second read is not atomic
- * with it: the row it would read may have been committed after the
- * statement's snapshot. So the DO UPDATE always touches the row, changing
- * the fields only when the takeover is allowed, and records the outcome in
- * claim_outcome: RETURNING then sees the locked, latest row and the decision
- * taken on it, in one statement. The price is a row version per replay,
- * usually a HOT update (fillfactor 80, expires_at unchanged). Measured and
- * not done: reading the record first in the same statement (a CTE that
- * answers a retry of a finished request without the INSERT) wrote nothing
- * on a replay, but made every claim of a new key 6-15% slower (bench
- * pg_bench, 4 alternating rounds), and new keys are most of the traffic.
+ * TAKE updates the row only when the claim may take it (a new key, an
+ * expired or released record, a lease that ended, a failed record to run
+ * again), so a replay, a mismatch or a busy key writes no row version; the
+ * conflicting row is locked all the same, until the transaction ends. When
+ * nothing was taken the same statement reads the row, in a second branch
+ * that runs only then. That read sees the statement's snapshot, which may
+ * predate the row the INSERT met: a row committed after the snapshot is
+ * missing, or seen in an older version that the claim could have taken.
+ * Either way the statement answers "again" (outcome 0) and the claim is
+ * sent again: the row is then committed and, in a caller's transaction,
+ * still locked by this one. Replaced: a DO UPDATE that always touched the
+ * row to record its decision, one row version per replay.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,42 +42,46 @@
 #define RECORD_COLS                                                             \
   "scope, key, state, fingerprint, fence, locked_until, expires_at, "           \
   "created_at, updated_at, status, headers, body"
+#define R_RECORD_COLS                                                           \
+  "r.scope, r.key, r.state, r.fingerprint, r.fence, r.locked_until, "           \
+  "r.expires_at, r.created_at, r.updated_at, r.status, r.headers, r.body"
 enum { COL_SCOPE, COL_KEY, COL_STATE, COL_FP, COL_FENCE, COL_LOCKED, COL_EXPIRES,
        COL_CREATED, COL_UPDATED, COL_STATUS, COL_HEADERS, COL_BODY, NCOLS };
 
 /* idem_transition's claim(), in terms of the stored row r and the row the
  * claim would insert (excluded: its created_at is now, its locked_until and
- * expires_at are the ones a take writes). */
+ * expires_at are the ones a take writes). The read branch names the claim's
+ * fingerprint and now "excluded" too, so that both share these. */
 #define LIVE "(r.state <> 0 AND excluded.created_at < r.expires_at)"
 #define TAKE                                                                    \
   "(NOT " LIVE " OR (r.fingerprint = excluded.fingerprint AND "                 \
   "((r.state = 3 AND NOT $6) OR "                                               \
   "(r.state = 1 AND excluded.created_at >= r.locked_until))))"
-#define OUTCOME                                                                 \
-  "CASE WHEN " TAKE " THEN 1 WHEN r.fingerprint <> excluded.fingerprint "       \
+/* what a claim that did not take tells: 0 again, 2 replay, 3 mismatch, 4 busy */
+#define REFUSAL                                                                 \
+  "CASE WHEN " TAKE " THEN 0 WHEN r.fingerprint <> excluded.fingerprint "       \
   "THEN 3 WHEN r.state = 1 THEN 4 ELSE 2 END"
-#define IF_TAKE(then, otherwise) "CASE WHEN " TAKE " THEN " then " ELSE " otherwise " END"
 
 static const char claim_sql[] =
-    "INSERT INTO idem_records AS r (scope, key, state, fingerprint, fence, "
+    "WITH t AS (SELECT " NOW_MS " AS now), "
+    "taken AS (INSERT INTO idem_records AS r (scope, key, state, fingerprint, fence, "
     "locked_until, expires_at, created_at, updated_at, status, headers, body, "
     "claim_outcome) "
     "SELECT $1, $2, 1, $3, 1, t.now + $4, greatest(t.now + $5, t.now + $4 + $4), "
-    "t.now, t.now, 0, NULL, NULL, 1 FROM (SELECT " NOW_MS " AS now) t "
-    "ON CONFLICT (scope, key) DO UPDATE SET "
-    "state = " IF_TAKE("1", "r.state") ", "
-    "fingerprint = " IF_TAKE("excluded.fingerprint", "r.fingerprint") ", "
-    "fence = " IF_TAKE("r.fence + 1", "r.fence") ", "
-    "locked_until = " IF_TAKE("excluded.locked_until", "r.locked_until") ", "
-    "expires_at = " IF_TAKE("excluded.expires_at", "r.expires_at") ", "
-    "created_at = CASE WHEN " TAKE " AND NOT " LIVE
-    " THEN excluded.created_at ELSE r.created_at END, "
-    "updated_at = " IF_TAKE("excluded.updated_at", "r.updated_at") ", "
-    "status = " IF_TAKE("0", "r.status") ", "
-    "headers = " IF_TAKE("NULL", "r.headers") ", "
-    "body = " IF_TAKE("NULL", "r.body") ", "
-    "claim_outcome = " OUTCOME " "
-    "RETURNING r.claim_outcome, r.locked_until - " NOW_MS ", " RECORD_COLS;
+    "t.now, t.now, 0, NULL, NULL, 1 FROM t "
+    "ON CONFLICT (scope, key) DO UPDATE SET state = 1, "
+    "fingerprint = excluded.fingerprint, fence = r.fence + 1, "
+    "locked_until = excluded.locked_until, expires_at = excluded.expires_at, "
+    "created_at = CASE WHEN " LIVE " THEN r.created_at ELSE excluded.created_at END, "
+    "updated_at = excluded.updated_at, status = 0, headers = NULL, body = NULL, "
+    "claim_outcome = 1 "
+    "WHERE " TAKE " "
+    "RETURNING 1, 0::bigint, " RECORD_COLS ") "
+    "SELECT * FROM taken "
+    "UNION ALL "
+    "SELECT " REFUSAL ", r.locked_until - excluded.created_at, " R_RECORD_COLS " "
+    "FROM idem_records r, (SELECT $3::bytea AS fingerprint, t.now AS created_at FROM t) excluded "
+    "WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT 1 FROM taken)";
 
 /* complete and fail: only the holder of the current fence ends processing */
 static const char finish_sql[] =
@@ -125,7 +130,7 @@ static const Oid list_types[] = {TEXTOID, TEXTOID, INT8OID};
 static const Oid gc_types[] = {INT8OID};
 
 const idem_pg_statement idem_pg_statements[IDEM_PG_NSTMT] = {
-    [IDEM_PG_CLAIM] = {"idem_claim_v1", claim_sql, 6, claim_types},
+    [IDEM_PG_CLAIM] = {"idem_claim_v2", claim_sql, 6, claim_types},
     [IDEM_PG_FINISH] = {"idem_finish_v1", finish_sql, 8, finish_types},
     [IDEM_PG_RELEASE] = {"idem_release_v1", release_sql, 3, key_types},
     [IDEM_PG_GET] = {"idem_get_v1", get_sql, 2, key_types},
@@ -273,7 +278,13 @@ int idem_pg_error_code(const PGresult *pg) {
   return IDEM_ESTORE;
 }
 
+/* A claim's row: the outcome, the lease's time left, the record. 0 rows or
+ * outcome 0: the row was not in the statement's snapshot (CLAIM_AGAIN). */
+#define CLAIM_AGAIN 1
+
 static int fill_claim(const PGresult *pg, idem_result *res) {
+  if (PQntuples(pg) == 0)
+    return CLAIM_AGAIN;
   if (PQntuples(pg) != 1)
     return IDEM_ESTORE;
   idem_record rec;
@@ -283,6 +294,8 @@ static int fill_claim(const PGresult *pg, idem_result *res) {
   int64_t outcome = get_int(pg, 0, 0);
   res->fence = rec.fence;
   switch (outcome) {
+  case 0:
+    return CLAIM_AGAIN;
   case 1:
     res->outcome = IDEM_CLAIMED;
     return 0;
@@ -335,8 +348,8 @@ static int fill(const idem_op *op, const PGresult *pg, idem_result *res) {
   return IDEM_EINVAL;
 }
 
-void idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
-                         char **errmsg) {
+int idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
+                        char **errmsg) {
   memset(res, 0, sizeof *res);
   ExecStatusType st = pg ? PQresultStatus(pg) : PGRES_FATAL_ERROR;
   int err;
@@ -350,8 +363,11 @@ void idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res
   if (err) {
     idem_result_clear(res);
     memset(res, 0, sizeof *res);
+    if (err == CLAIM_AGAIN)
+      return 1;
     res->err = err;
   }
+  return 0;
 }
 
 /* ---- schema ------------------------------------------------------------ */

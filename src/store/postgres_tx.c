@@ -30,9 +30,14 @@ int idem_pg_run(PGconn *conn, const idem_op *op, idem_result *res) {
   if ((err = idem_pg_params_build(op, &p)))
     return res->err = err;
   const idem_pg_statement *s = &idem_pg_statements[p.stmt];
-  PGresult *pg = PQexecParams(conn, s->sql, p.n, s->types, p.values, p.lengths,
-                              p.formats, 1);
-  idem_pg_result_fill(op, pg, res, NULL);
-  PQclear(pg);
-  return res->err;
+  /* a claim that met a row newer than its snapshot holds that row's lock
+   * now, so its second run reads it (postgres_sql.c) */
+  int again = 1;
+  for (int tries = 0; again && tries < 3; tries++) {
+    PGresult *pg = PQexecParams(conn, s->sql, p.n, s->types, p.values, p.lengths,
+                                p.formats, 1);
+    again = idem_pg_result_fill(op, pg, res, NULL);
+    PQclear(pg);
+  }
+  return again ? (res->err = IDEM_ESTORE) : res->err;
 }

@@ -200,6 +200,145 @@ static void run_until(uv_loop_t *loop, int *flag, int target, int64_t deadline_m
   }
 }
 
+/* ---- claims that do not take write nothing -------------------------------- */
+
+/* The row's version of (scope "t", key): its ctid and xmin, which any new
+ * row version (even a HOT update) changes and a row lock does not. */
+static void row_version(PGconn *pg, const char *key, char *out, size_t size) {
+  const char *params[] = {key};
+  PGresult *r = PQexecParams(pg, "SELECT ctid::text || '/' || xmin::text FROM idem_records "
+                                 "WHERE scope = 't' AND key = $1",
+                             1, NULL, params, NULL, NULL, 0);
+  assert_int_equal(PQntuples(r), 1);
+  snprintf(out, size, "%s", PQgetvalue(r, 0, 0));
+  PQclear(r);
+}
+
+static int sync_claim(idem_sync *db, idem_op *op) {
+  idem_result res;
+  assert_int_equal(idem_sync_run(db, op, &res), 0);
+  int outcome = (int)res.outcome;
+  idem_result_clear(&res);
+  return outcome;
+}
+
+/* A replay, a mismatch and a busy answer leave the row as it was: no new
+ * row version per retry (issue: a replay writes nothing). */
+static void refused_claims_write_no_row_version(void **state) {
+  (void)state;
+  const char *uri = database("idem_test", NULL);
+  PGconn *pg = PQconnectdb(uri);
+  idem_sync *db;
+  assert_int_equal(idem_sync_open(uri, &db, NULL), 0);
+  idem_op done_op = claim_op("quiet-done"), busy_op = claim_op("quiet-busy");
+  idem_result res;
+  assert_int_equal(sync_claim(db, &done_op), IDEM_CLAIMED);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "t", .key = "quiet-done", .fence = 1,
+                  .ttl_ms = 60000, .response = {.status = 201, .body = "ok", .body_len = 2}};
+  assert_int_equal(idem_sync_run(db, &done, &res), 0);
+  assert_int_equal(sync_claim(db, &busy_op), IDEM_CLAIMED);
+  char before_done[64], before_busy[64], after[64];
+  row_version(pg, "quiet-done", before_done, sizeof before_done);
+  row_version(pg, "quiet-busy", before_busy, sizeof before_busy);
+  idem_op other = claim_op("quiet-done");
+  other.fingerprint[0] ^= 1;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(sync_claim(db, &done_op), IDEM_REPLAY);
+    assert_int_equal(sync_claim(db, &other), IDEM_MISMATCH);
+    assert_int_equal(sync_claim(db, &busy_op), IDEM_BUSY);
+  }
+  row_version(pg, "quiet-done", after, sizeof after);
+  assert_string_equal(after, before_done);
+  row_version(pg, "quiet-busy", after, sizeof after);
+  assert_string_equal(after, before_busy);
+  /* a claim that takes does write: the check above could fail */
+  idem_op release = {.kind = IDEM_OP_RELEASE, .scope = "t", .key = "quiet-busy", .fence = 1};
+  assert_int_equal(idem_sync_run(db, &release, &res), 0);
+  assert_int_equal(sync_claim(db, &busy_op), IDEM_CLAIMED);
+  row_version(pg, "quiet-busy", after, sizeof after);
+  assert_string_not_equal(after, before_busy);
+  idem_sync_close(db);
+  PQfinish(pg);
+}
+
+static int lock_waiters(PGconn *pg) {
+  PGresult *r = PQexec(pg, "SELECT count(*) FROM pg_locks WHERE NOT granted");
+  int n = atoi(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return n;
+}
+
+typedef struct {
+  const char *uri;
+  idem_result res;
+  int err;
+} tx_claim;
+
+static void *claim_in_transaction(void *arg) {
+  tx_claim *c = arg;
+  PGconn *pg = PQconnectdb(c->uri);
+  idem_op op = claim_op("late-row-tx");
+  PQclear(PQexec(pg, "BEGIN"));
+  c->err = idem_pg_run(pg, &op, &c->res);
+  PQclear(PQexec(pg, "COMMIT"));
+  PQfinish(pg);
+  return NULL;
+}
+
+/* The row a claim waits for is committed after the claim's snapshot was
+ * taken, so the statement cannot read it; the claim goes again and answers
+ * BUSY (the holder's lease), never an error or a second claim. Both paths:
+ * the store's batches, and idem_pg_run in a caller's transaction. */
+static void claim_waiting_on_a_newer_row_reads_it(void **state) {
+  (void)state;
+  const char *uri = database("idem_test", NULL);
+  PGconn *holder = PQconnectdb(uri), *watch = PQconnectdb(uri);
+  idem_result res;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open(&loop, database("idem_test", "pool=1"), &store, NULL), 0);
+
+  idem_op op = claim_op("late-row");
+  PQclear(PQexec(holder, "BEGIN"));
+  assert_int_equal(idem_pg_run(holder, &op, &res), 0);
+  tally t = {0};
+  assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+  int64_t deadline = idem_now_ms() + 10000;
+  while (lock_waiters(watch) < 1) { /* the store's claim waits on the row */
+    assert_true(idem_now_ms() < deadline);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  PQclear(PQexec(holder, "COMMIT"));
+  run_until(&loop, &t.done, 1, 10000);
+  assert_int_equal(t.ok, 1);
+  idem_op again = claim_op("late-row");
+  idem_sync *db;
+  assert_int_equal(idem_sync_open(uri, &db, NULL), 0);
+  assert_int_equal(sync_claim(db, &again), IDEM_BUSY);
+  idem_sync_close(db);
+
+  op = claim_op("late-row-tx");
+  PQclear(PQexec(holder, "BEGIN"));
+  assert_int_equal(idem_pg_run(holder, &op, &res), 0);
+  tx_claim c = {.uri = uri};
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, claim_in_transaction, &c), 0);
+  while (lock_waiters(watch) < 1) {
+    assert_true(idem_now_ms() < deadline + 10000);
+    usleep(1000);
+  }
+  PQclear(PQexec(holder, "COMMIT"));
+  pthread_join(thread, NULL);
+  assert_int_equal(c.err, 0);
+  assert_int_equal(c.res.outcome, IDEM_BUSY);
+  assert_int_equal(c.res.fence, 1);
+  PQfinish(holder);
+  PQfinish(watch);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
+}
+
 /* Operations of one loop turn share a transaction; one failing statement
  * rolls it back, and the others are sent again, one per transaction. */
 static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
@@ -547,6 +686,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(migrate_is_idempotent_and_refuses_newer),
       cmocka_unit_test(uri_options_are_checked),
       cmocka_unit_test(rolled_back_claim_leaves_nothing),
+      cmocka_unit_test(refused_claims_write_no_row_version),
+      cmocka_unit_test(claim_waiting_on_a_newer_row_reads_it),
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
       cmocka_unit_test(hung_server_times_out),
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
