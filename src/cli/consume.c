@@ -124,6 +124,8 @@ static const setting consume_settings[] = {
      "processing lease; a message idle this long with a\nconsumer is taken over"},
     {"concurrency", "N", SETTING_COUNT, FIELD(concurrency), "64", 1, 100000, NULL,
      "messages in flight at once"},
+    {"prefetch", "N", SETTING_COUNT, FIELD(prefetch), "64", 0, 100000, NULL,
+     "messages fetched ahead, waiting for a free slot"},
     {"max-deliveries", "N", SETTING_COUNT, FIELD(max_deliveries), "5", 1, 1000000, NULL,
      "handler failures before the key is marked failed\nand the message dead-lettered"},
     {"retry-delay", "DUR", SETTING_DURATION, FIELD(retry_delay_ms), "1s", 1, DUR_MAX, NULL,

@@ -71,8 +71,17 @@ struct cs_flow {
   uv_signal_t sigterm, sigint;
   unsigned inflight;
   int stopping;
-  idem_queue jobs; /* the messages in flight */
+  idem_queue jobs;    /* the messages in flight */
+  idem_queue waiting; /* fetched ahead (--prefetch), for a free slot */
+  unsigned nwaiting;
+  unsigned nparked;   /* jobs parked behind a duplicate: most often none */
 };
+
+static void set_parked(cs_job *j, int parked) {
+  if (j->parked != parked)
+    j->f->nparked += parked ? 1u : (unsigned)-1;
+  j->parked = parked;
+}
 
 static uint64_t since_us(uint64_t ns) { return (uv_hrtime() - ns) / 1000; }
 
@@ -105,22 +114,39 @@ static idem_store *flow_store(cs_flow *f) {
 
 static void job_freed(uv_handle_t *h) { free(h->data); }
 
+/* The broker may hand over what fills the running slots and the prefetch
+ * queue: a fetch's round trip then overlaps the work instead of leaving
+ * slots idle until its answer comes. */
 static void give_credit(cs_flow *f) {
-  unsigned c = (unsigned)f->cfg->concurrency;
-  f->broker->vt->credit(f->broker, f->stopping || f->inflight >= c ? 0 : c - f->inflight);
+  unsigned window = (unsigned)f->cfg->concurrency + (unsigned)f->cfg->prefetch;
+  unsigned held = f->inflight + f->nwaiting;
+  f->broker->vt->credit(f->broker, f->stopping || held >= window ? 0 : window - held);
 }
 
 static void claim(cs_job *j);
+static void start_job(cs_job *j);
+
+static void start_waiting(cs_flow *f) {
+  while (f->nwaiting && f->inflight < (unsigned)f->cfg->concurrency) {
+    cs_job *j = IDEM_QUEUE_DATA(idem_queue_pop(&f->waiting), cs_job, linked);
+    f->nwaiting--;
+    start_job(j);
+  }
+}
 
 static void job_end(cs_job *j) {
   cs_flow *f = j->f;
+  set_parked(j, 0);
   idem_queue_remove(&j->linked);
-  /* duplicates waiting for this one claim again now: they replay */
+  /* duplicates waiting for this one claim again now: they replay (the scan
+   * only when some wait: it is per message, over every job in flight) */
   idem_queue *node;
   IDEM_QUEUE_FOREACH(node, &f->jobs) {
+    if (!f->nparked)
+      break;
     cs_job *p = IDEM_QUEUE_DATA(node, cs_job, linked);
     if (p->parked && !strcmp(p->key, j->key)) {
-      p->parked = 0;
+      set_parked(p, 0);
       uv_timer_stop(&p->timer);
       claim(p);
     }
@@ -135,6 +161,7 @@ static void job_end(cs_job *j) {
   else
     free(j);
   f->inflight--;
+  start_waiting(f);
   give_credit(f);
 }
 
@@ -178,7 +205,7 @@ static void on_hold(uv_timer_t *t) {
   cs_job *j = t->data;
   /* a parked duplicate whose wait ran out claims now: it must not also be
    * woken by the end of the job it waited for (that would claim twice) */
-  j->parked = 0;
+  set_parked(j, 0);
   j->on_timer(j);
 }
 
@@ -471,7 +498,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     if (held_here(j)) {
       /* a duplicate of a message this consumer runs: wait for it here (it
        * replays as soon as that one ends), at most the lease's time left */
-      j->parked = 1;
+      set_parked(j, 1);
       hold(j, res->retry_after_ms > 0 ? res->retry_after_ms : 1, claim);
       return;
     }
@@ -491,16 +518,9 @@ static void claim(cs_job *j) {
   submit(j, &op, on_claim);
 }
 
-static void on_message(void *arg, cs_msg *m) {
-  cs_flow *f = arg;
-  cs_job *j = calloc(1, sizeof *j);
-  if (!j) {
-    f->broker->vt->later(f->broker, m, f->cfg->retry_delay_ms, NULL, NULL);
-    return;
-  }
-  j->f = f;
-  j->m = m;
-  j->t0_ns = uv_hrtime();
+static void start_job(cs_job *j) {
+  cs_flow *f = j->f;
+  cs_msg *m = j->m;
   idem_queue_insert_head(&f->jobs, &j->linked);
   f->inflight++;
   if (f->cfg->no_store) {
@@ -517,6 +537,26 @@ static void on_message(void *arg, cs_msg *m) {
   }
   idem_fingerprint("POST", f->cfg->to_path, m->body, m->body_len, 0, j->fp);
   claim(j);
+}
+
+/* A message runs at once when a slot is free, else waits its turn (its
+ * receipt time, for the latency, is now either way). */
+static void on_message(void *arg, cs_msg *m) {
+  cs_flow *f = arg;
+  cs_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    f->broker->vt->later(f->broker, m, f->cfg->retry_delay_ms, NULL, NULL);
+    return;
+  }
+  j->f = f;
+  j->m = m;
+  j->t0_ns = uv_hrtime();
+  if (f->inflight < (unsigned)f->cfg->concurrency) {
+    start_job(j);
+    return;
+  }
+  idem_queue_insert_tail(&f->waiting, &j->linked);
+  f->nwaiting++;
 }
 
 /* ---- start and stop ---- */
@@ -539,7 +579,10 @@ static const char *not_ready(void *arg) {
   return NULL;
 }
 
-static unsigned inflight(void *arg) { return ((cs_flow *)arg)->inflight; }
+static unsigned inflight(void *arg) {
+  cs_flow *f = arg;
+  return f->inflight + f->nwaiting;
+}
 
 static void signal_closed(uv_handle_t *h) { (void)h; }
 
@@ -576,16 +619,17 @@ static void on_broker_closed(void *arg) {
   upstream_pool_close(f->pool, on_pool_closed, f);
 }
 
-/* SIGTERM: fetch no more; what is in flight finishes and is settled (a
- * message waiting for the store is handed back, not acked); then the
- * broker, the handler's connections and the store close. */
+/* SIGTERM: fetch no more; what is in flight, and what was fetched ahead,
+ * finishes and is settled (a message waiting for the store is handed back,
+ * not acked); then the broker, the handler's connections and the store
+ * close. */
 static void on_signal(uv_signal_t *s, int signum) {
   cs_flow *f = s->data;
   (void)signum;
   if (f->stopping)
     return;
   f->stopping = 1;
-  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight);
+  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight + f->nwaiting);
   give_credit(f);
   idem_queue *node;
   IDEM_QUEUE_FOREACH(node, &f->jobs) {
@@ -593,7 +637,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     if (j->timer_on && j->on_timer == claim && uv_is_active((uv_handle_t *)&j->timer)) {
       uv_timer_stop(&j->timer);
       cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
-      j->parked = 0;
+      set_parked(j, 0);
       settle_later(j, f->cfg->retry_delay_ms, o);
     }
   }
@@ -629,7 +673,7 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
     }
     fprintf(stderr, "idem consume: admin listening on %s:%d\n", cfg->admin.host, cfg->admin.port);
   }
-  cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)cfg->concurrency,
+  cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)(cfg->concurrency + cfg->prefetch),
                        .lock_ttl_ms = cfg->lock_ttl_ms,
                        .on_message = on_message, .on_state = on_broker_state, .arg = f};
   char *why = NULL;
@@ -649,6 +693,7 @@ int cs_run(const cs_config *cfg) {
   memset(f, 0, sizeof *f);
   f->cfg = cfg;
   idem_queue_init(&f->jobs);
+  idem_queue_init(&f->waiting);
   if (upstream_resolve(cfg->to_host, cfg->to_port, "idem consume: cannot resolve the handler's host",
                        &to) ||
       uv_loop_init(&f->loop))

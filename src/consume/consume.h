@@ -36,6 +36,7 @@ typedef struct {
   int64_t ttl_ms;           /* --ttl, 7d */
   int64_t lock_ttl_ms;      /* --lock-ttl, 30s */
   int concurrency;          /* --concurrency, 64 */
+  int prefetch;             /* --prefetch, 64 */
   int max_deliveries;       /* --max-deliveries, 5 */
   int64_t retry_delay_ms;   /* --retry-delay, 1s */
   int64_t max_retry_delay_ms; /* --max-retry-delay, 60s */

@@ -211,6 +211,20 @@ class OutcomeTests:
         for i in range(5):
             self.assertEqual(self.h.successes("slow-%d" % i), 1)
 
+    def test_prefetch_fetches_ahead_but_runs_at_most_concurrency(self):
+        keys = ["pf-%d" % i for i in range(6)]
+        for k in keys:
+            self.h.delay[k] = 2.0
+        self.consumer("--concurrency", "2", "--prefetch", "3", "--handler-timeout", "10s",
+                      "--lock-ttl", "20s")
+        self.publish([{"message_id": k, "body": "x"} for k in keys])
+        # 2 running and 3 fetched ahead, all delivered to this consumer
+        wait_for(lambda: self.pending() >= 5, 10, what="5 messages held")
+        self.wait_settled()
+        self.assertEqual(self.h.max_active, 2)
+        for k in keys:
+            self.assertEqual(self.h.successes(k), 1)
+
     def test_broker_down_at_start_then_up(self):
         self.stop_broker()
         c = self.consumer(start=False)

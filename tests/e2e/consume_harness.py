@@ -50,8 +50,13 @@ class _H(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(n) if n else b""
         key = self.headers.get("Idempotency-Key", "")
         status, delay = owner._decide(key)
+        with owner._lock:
+            owner.active += 1
+            owner.max_active = max(owner.max_active, owner.active)
         if delay:
             time.sleep(delay)
+        with owner._lock:
+            owner.active -= 1
         rec = {"status": status, "fence": self.headers.get("Idempotency-Fence"),
                "headers": dict(self.headers.items()), "body": body, "path": self.path}
         with owner._lock:
@@ -76,6 +81,7 @@ class Handler:
         self.status = {}
         self.delay = {}
         self.fail_first_fraction = 0.0  # 503 on the first attempt of this share of keys
+        self.active = self.max_active = 0  # requests being handled now, and the most at once
         self._server = None
 
     def _decide(self, key):
