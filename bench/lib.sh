@@ -21,6 +21,9 @@
 #   bench_options LINES SPEC ARGS...
 #                               SPEC is "--flag=VAR ...": each "--flag VALUE" in ARGS sets
 #                               VAR; --help prints lines LINES of $0; anything else exits 2
+# Servers (pg_bench.sh, pg_replay_bench.sh):
+#   with_postgres "$0" "$@"     unless IDEM_TEST_PG_URI names a server, run the
+#                               script again under tests/support/with-postgres.sh
 # Reports (lmdb_bench.sh, pg_bench.sh):
 #   machine_lines               "## Machine", CPU (with the load) and memory lines
 #   raw_runs FILE               "## Raw runs" and FILE in a code block
@@ -39,6 +42,11 @@ bench_options() {
     printf -v "$var" '%s' "$2"
     shift 2
   done
+}
+
+with_postgres() {
+  [ -n "${IDEM_TEST_PG_URI:-}" ] ||
+    exec "$(dirname "${BASH_SOURCE[0]}")/../tests/support/with-postgres.sh" "$@"
 }
 
 bench_tmp() {

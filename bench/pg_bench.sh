@@ -16,9 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-if [ -z "${IDEM_TEST_PG_URI:-}" ]; then
-  exec "$repo/tests/support/with-postgres.sh" "$here/pg_bench.sh" "$@"
-fi
+with_postgres "$0" "$@"
 
 secs=${1:-5}
 rounds=${2:-3}

@@ -19,9 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
-if [ -z "${IDEM_TEST_PG_URI:-}" ]; then
-  exec "$repo/tests/support/with-postgres.sh" "$0" "$@"
-fi
+with_postgres "$0" "$@"
 
 A="" ROUNDS=5 SECS=3 CONC=64 POOL=4 KEYS=1000 OUT=$repo/bench/results/postgres_replay.md
 command="bench/pg_replay_bench.sh $*"
