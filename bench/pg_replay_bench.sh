@@ -3,8 +3,8 @@
 # new key costs, for two builds of bench/pg_bench (A: an older claim
 # statement, B: this build's), on one throwaway server in one run.
 #
-#   bench/pg_replay_bench.sh --a OLD_PG_BENCH [--rounds 5] [--seconds 3]
-#                            [--in-flight 64] [--pool 4] [--keys 1000] [--out FILE]
+#   bench/pg_replay_bench.sh --a OLD_PG_BENCH [--a-is "what A is"] [--rounds 5]
+#                            [--seconds 3] [--in-flight 64] [--pool 4] [--keys 1000] [--out FILE]
 #
 # Each round runs A and B (A first in odd rounds, B first in even ones) on
 # fresh keys (claim+complete pairs) and on replays of --keys completed keys;
@@ -21,9 +21,9 @@ repo=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
 with_postgres "$0" "$@"
 
-A="" ROUNDS=5 SECS=3 CONC=64 POOL=4 KEYS=1000 OUT=$repo/bench/results/postgres_replay.md
+A="" A_IS="" ROUNDS=5 SECS=3 CONC=64 POOL=4 KEYS=1000 OUT=$repo/bench/results/postgres_replay.md
 command="bench/pg_replay_bench.sh $*"
-bench_options 8,9 "--a=A --rounds=ROUNDS --seconds=SECS --in-flight=CONC --pool=POOL
+bench_options 8,9 "--a=A --a-is=A_IS --rounds=ROUNDS --seconds=SECS --in-flight=CONC --pool=POOL
   --keys=KEYS --out=OUT" "$@"
 B=${IDEM_BUILD:-$repo/build}/pg_bench
 [ -x "$A" ] && [ -x "$B" ] || { echo "pg_replay_bench.sh: --a names an older pg_bench; build B first" >&2; exit 2; }
@@ -93,6 +93,7 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo "# PostgreSQL store: a replay writes nothing, a new key costs no more"
   echo
   echo "Made by \`$command\` (B: $B) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev."
+  [ -z "$A_IS" ] || { echo; echo "A: $A_IS."; }
   echo
   echo "A and B are two builds of \`bench/pg_bench.c\` (one loop, a pool of $POOL pipelined"
   echo "connections, $CONC operations in flight) on one throwaway server (fsync on)."
