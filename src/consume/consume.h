@@ -6,7 +6,8 @@
  * One event loop. A message is acked only once its record is durable
  * (complete, or the marker in its place), so an ack lost on the way means a
  * redelivery, which replays. The parts:
- *   consume.c   the flow of one message, start and orderly stop
+ *   consume.c   the flow of one message (flow.h)
+ *   consume_run.c  start, the loop, and the orderly stop
  *   handler.c   the request to the handler and what of its answer is kept
  *   msg_key.c   where a key comes from (--key)
  *   broker*.c   the brokers, behind broker.h

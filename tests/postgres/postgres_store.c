@@ -313,10 +313,9 @@ static void claim_waiting_on_a_newer_row_reads_it(void **state) {
   PQclear(PQexec(holder, "COMMIT"));
   run_until(&loop, &t.done, 1, 10000);
   assert_int_equal(t.ok, 1);
-  idem_op again = claim_op("late-row");
   idem_sync *db;
   assert_int_equal(idem_sync_open(uri, &db, NULL), 0);
-  assert_int_equal(sync_claim(db, &again), IDEM_BUSY);
+  assert_int_equal(sync_claim(db, &op), IDEM_BUSY);
   idem_sync_close(db);
 
   op = claim_op("late-row-tx");

@@ -1,0 +1,161 @@
+/*
+ * consume_run.c - the consumer's life: open the handler's pool, the store,
+ * the admin listener and the broker; run the loop; on SIGTERM or SIGINT
+ * stop fetching, let the flow (consume.c) finish what it holds, and close
+ * the parts one after the other.
+ */
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consume/broker.h"
+#include "consume/consume.h"
+#include "consume/cs_admin.h"
+#include "consume/flow.h"
+#include "http/upstream.h"
+
+static void on_broker_state(void *arg, int up) {
+  cs_flow *f = arg;
+  if (up && !f->broker_up)
+    fprintf(stderr, "idem consume: broker connected\n");
+  f->broker_up = up;
+}
+
+static const char *not_ready(void *arg) {
+  cs_flow *f = arg;
+  if (f->stopping)
+    return "stopping";
+  if (!f->broker_up)
+    return "broker not connected";
+  if (!f->cfg->no_store && (!f->store || f->store_down))
+    return "store unavailable";
+  return NULL;
+}
+
+static unsigned inflight(void *arg) {
+  cs_flow *f = arg;
+  return f->inflight + f->nwaiting;
+}
+
+static void signal_closed(uv_handle_t *h) { (void)h; }
+
+static void close_signals(cs_flow *f) {
+  uv_close((uv_handle_t *)&f->sigterm, signal_closed);
+  uv_close((uv_handle_t *)&f->sigint, signal_closed);
+}
+
+static void on_admin_stopped(void *arg) { (void)arg; }
+
+static void on_store_closed(idem_store *st, void *arg) {
+  cs_flow *f = arg;
+  (void)st;
+  f->store = NULL;
+  if (f->admin)
+    cs_admin_stop(f->admin, on_admin_stopped, f);
+  f->admin = NULL;
+  close_signals(f);
+}
+
+static void on_pool_closed(void *arg) {
+  cs_flow *f = arg;
+  f->pool = NULL;
+  if (f->store) {
+    idem_store_close(f->store, on_store_closed, f);
+    return;
+  }
+  on_store_closed(NULL, f);
+}
+
+static void on_broker_closed(void *arg) {
+  cs_flow *f = arg;
+  f->broker = NULL;
+  upstream_pool_close(f->pool, on_pool_closed, f);
+}
+
+/* SIGTERM: fetch no more; what is in flight, and what was fetched ahead,
+ * finishes and is settled (a message waiting for the store is handed back,
+ * not acked); then the broker, the handler's connections and the store
+ * close. */
+static void on_signal(uv_signal_t *s, int signum) {
+  cs_flow *f = s->data;
+  (void)signum;
+  if (f->stopping)
+    return;
+  f->stopping = 1;
+  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight + f->nwaiting);
+  cs_flow_give_credit(f);
+  cs_flow_hand_back_held(f);
+  cs_broker_close(f->broker, on_broker_closed, f);
+}
+
+static int open_parts(cs_flow *f, const struct sockaddr *to) {
+  const cs_config *cfg = f->cfg;
+  upstream_options uo = {.max_response = cfg->max_response, .timeout_ms = cfg->handler_timeout_ms};
+  f->pool = upstream_pool_new_opts(&f->loop, &uo, to);
+  if (!f->pool)
+    return -1;
+  if (!cfg->no_store) {
+    char *msg = NULL;
+    int rc = idem_store_open(&f->loop, cfg->store_uri, &f->store, &msg);
+    if (rc && rc != IDEM_ESTORE) {
+      fprintf(stderr, "idem consume: cannot open store '%s': %s\n", cfg->store_uri,
+              msg ? msg : idem_strerror(rc));
+      free(msg);
+      return -1;
+    }
+    free(msg);
+    f->store_retry_at = uv_now(&f->loop) + 1000;
+  }
+  if (cfg->has_admin) {
+    cs_admin_hooks h = {.not_ready = not_ready, .inflight = inflight, .arg = f};
+    int err = 0;
+    f->admin = cs_admin_start(&f->loop, cfg->admin.host, cfg->admin.port, &h, &err);
+    if (!f->admin) {
+      fprintf(stderr, "idem consume: cannot listen on %s:%d: %s\n", cfg->admin.host,
+              cfg->admin.port, uv_strerror(err));
+      return -1;
+    }
+    fprintf(stderr, "idem consume: admin listening on %s:%d\n", cfg->admin.host, cfg->admin.port);
+  }
+  cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)(cfg->concurrency + cfg->prefetch),
+                       .lock_ttl_ms = cfg->lock_ttl_ms,
+                       .on_message = cs_flow_on_message, .on_state = on_broker_state, .arg = f};
+  char *why = NULL;
+  if (cs_broker_open(cfg->from, &bo, &f->broker, &why)) {
+    fprintf(stderr, "idem consume: --from: %s\n", why ? why : "cannot open the broker");
+    free(why);
+    return -1;
+  }
+  return 0;
+}
+
+int cs_run(const cs_config *cfg) {
+  static cs_flow flow; /* lives as long as the loop */
+  cs_flow *f = &flow;
+  struct sockaddr_storage to;
+  signal(SIGPIPE, SIG_IGN);
+  memset(f, 0, sizeof *f);
+  f->cfg = cfg;
+  idem_queue_init(&f->jobs);
+  idem_queue_init(&f->waiting);
+  if (upstream_resolve(cfg->to_host, cfg->to_port, "idem consume: cannot resolve the handler's host",
+                       &to) ||
+      uv_loop_init(&f->loop))
+    return 1;
+  if (open_parts(f, (const struct sockaddr *)&to))
+    return 1; /* the process exits: what was opened goes with it */
+  uv_signal_init(&f->loop, &f->sigterm);
+  uv_signal_init(&f->loop, &f->sigint);
+  f->sigterm.data = f->sigint.data = f;
+  uv_signal_start(&f->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&f->sigint, on_signal, SIGINT);
+  fprintf(stderr, "idem consume: consuming to http://%s%s, store %s\n", cfg->to_authority,
+          cfg->to_path, cfg->no_store ? "none (benchmark forwarder)" : cfg->store_uri);
+  cs_flow_give_credit(f);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&f->loop);
+  fprintf(stderr, "idem consume: stopped\n");
+  return 0;
+}
