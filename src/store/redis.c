@@ -49,6 +49,8 @@ static void op_answered(cmd *c, const redisReply *r) {
     c->eval = 1;
     int err = name ? redis_send_script(rs, c, name, name_len, req->op.kind, 1) : IDEM_ENOMEM;
     free(name);
+    if (err == 0 && redis_wait_wanted(rs, req->op.kind))
+      redis_wait_after_sent(rs);
     if (err == 0)
       return;
     free(c);
@@ -60,6 +62,9 @@ static void op_answered(cmd *c, const redisReply *r) {
   if (err) {
     idem_result_clear(&req->result);
     memset(&req->result, 0, sizeof req->result);
+  } else if (redis_wait_wanted(rs, req->op.kind)) {
+    redis_wait_hold(rs, req);
+    return;
   }
   redis_req_done(rs, req, err);
 }
@@ -77,6 +82,8 @@ static void start_op(rstore *rs, idem_req *req) {
       err = redis_send_argv(rs, c, 2, argv, lens);
     } else {
       err = redis_send_script(rs, c, name, name_len, req->op.kind, 0);
+      if (err == 0 && redis_wait_wanted(rs, req->op.kind))
+        redis_wait_after_sent(rs);
     }
   }
   free(name);
@@ -152,12 +159,14 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   rs->loop = store->loop;
   idem_queue_init(&rs->waiting);
   idem_queue_init(&rs->flight);
+  idem_queue_init(&rs->replicating);
   rs->sha = idem_redis_script_sha();
   idem_backoff_init(&rs->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS, idem_backoff_seed(rs));
   uv_timer_init(rs->loop, &rs->conn_timer);
   uv_timer_init(rs->loop, &rs->cmd_timer);
-  rs->conn_timer.data = rs->cmd_timer.data = rs;
-  rs->timers_open = 2;
+  uv_prepare_init(rs->loop, &rs->wait_prepare);
+  rs->conn_timer.data = rs->cmd_timer.data = rs->wait_prepare.data = rs;
+  rs->timers_open = 3;
   rs->start = start_any;
   store->impl = rs;
   redis_conn_start(rs);

@@ -11,6 +11,7 @@
 #define IDEM_REDIS_DEFAULT_PORT 6379
 #define IDEM_REDIS_CONNECT_TIMEOUT_MS 2000
 #define IDEM_REDIS_COMMAND_TIMEOUT_MS 5000
+#define IDEM_REDIS_WAIT_TIMEOUT_MS 1000
 
 /*
  * redis://[user:password@]host[:port][/db][?option=value&...]
@@ -22,6 +23,11 @@
  *   connect_timeout=DURATION  connect + AUTH + SELECT + SCRIPT LOAD (default 2s)
  *   prefix=TEXT               key prefix (default "idem"), so that several
  *                             deployments can share one database
+ *   wait_replicas=N           after a claim, complete, fail or release, WAIT
+ *                             for N replicas to have it before answering
+ *                             (default 0: the primary's word is enough)
+ *   wait_timeout=DURATION     how long that WAIT may take (default 1s, less
+ *                             than timeout); fewer replicas by then: IDEM_ESTORE
  */
 typedef struct {
   char *user;     /* NULL when absent */
@@ -32,6 +38,8 @@ typedef struct {
   int64_t timeout_ms;
   int64_t connect_timeout_ms;
   char *prefix;
+  int wait_replicas;
+  int64_t wait_timeout_ms;
 } idem_redis_uri;
 
 /* Parse uri into out (every string malloc'd; free with idem_redis_uri_clear).

@@ -291,4 +291,5 @@ void redis_maybe_teardown(rstore *rs) {
   }
   uv_close((uv_handle_t *)&rs->conn_timer, on_timer_closed);
   uv_close((uv_handle_t *)&rs->cmd_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&rs->wait_prepare, on_timer_closed);
 }

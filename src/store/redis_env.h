@@ -6,6 +6,7 @@
  *   redis_list.c   LIST: SCAN, sort, read in batches
  *   redis_cmd.c    commands in flight: sending, deadlines, the reply callback
  *   redis_reply.c  script replies as records and IDEM_E codes
+ *   redis_wait.c   wait_replicas: one WAIT per loop turn before answering
  *   redis_conn.c   the connection's state machine, reconnection, and the
  *                  handle's lifetime
  *   redis_uv.c     hiredis on a libuv loop
@@ -58,6 +59,8 @@ struct rstore {
   int addrs_ready;       /* the last lookup ended after its attempt: unused */
   idem_queue waiting; /* reqs submitted while CONNECTING */
   idem_queue flight;  /* cmds in flight, in the order sent */
+  idem_queue replicating; /* reqs answered, waiting for a WAIT (redis_wait.c) */
+  uv_prepare_t wait_prepare; /* sends that WAIT at the end of the loop turn */
   size_t held;        /* reqs not yet finished */
   char last_error[160];
 };
@@ -103,6 +106,14 @@ int redis_decode_op(rstore *rs, idem_req *req, const redisReply *r);
 int redis_error_reply(rstore *rs, const redisReply *r);
 /* NOSCRIPT: the script was not run, so it may be sent again as EVAL. */
 int redis_is_noscript(const redisReply *r);
+
+/* ---- redis_wait.c */
+/* Whether an operation of kind waits for replicas (wait_replicas > 0). */
+int redis_wait_wanted(const rstore *rs, idem_op_kind kind);
+/* A transition that waits was sent: a WAIT follows at the end of the turn. */
+void redis_wait_after_sent(rstore *rs);
+/* Its reply is decoded into req: hold req until that WAIT says enough. */
+void redis_wait_hold(rstore *rs, idem_req *req);
 
 /* ---- redis_conn.c */
 /* DOWN -> CONNECTING (resolve the host, then connect). */

@@ -71,7 +71,17 @@ static int parse_option(idem_redis_uri *u, const idem_uri_option *o, char **why)
   if (rc == IDEM_ENOMEM) return rc;
   if (rc != 0)
     return fail(why, "bad percent-escape in option \"%.*s\"", (int)o->text_len, o->text);
-  if (strcmp(o->name, "timeout") == 0 || strcmp(o->name, "connect_timeout") == 0) {
+  if (strcmp(o->name, "wait_replicas") == 0) {
+    long n = 0;
+    rc = parse_int(val, strlen(val), 100, &n) != 0
+             ? fail(why, "option wait_replicas: \"%s\" is not a number of replicas (0 to 100)", val)
+             : 0;
+    u->wait_replicas = (int)n;
+    free(val);
+    return rc;
+  }
+  if (strcmp(o->name, "timeout") == 0 || strcmp(o->name, "connect_timeout") == 0 ||
+      strcmp(o->name, "wait_timeout") == 0) {
     int64_t ms;
     if (idem_parse_duration(val, &ms) != 0) {
       rc = fail(why, "option %s: \"%s\" is not a duration such as 500ms or 5s", o->name, val);
@@ -80,6 +90,8 @@ static int parse_option(idem_redis_uri *u, const idem_uri_option *o, char **why)
     }
     if (strcmp(o->name, "timeout") == 0)
       u->timeout_ms = ms;
+    else if (strcmp(o->name, "wait_timeout") == 0)
+      u->wait_timeout_ms = ms;
     else
       u->connect_timeout_ms = ms;
     free(val);
@@ -95,7 +107,8 @@ static int parse_option(idem_redis_uri *u, const idem_uri_option *o, char **why)
     return 0;
   }
   free(val);
-  return fail(why, "unknown option \"%s\" (known: timeout, connect_timeout, prefix)", o->name);
+  return fail(why, "unknown option \"%s\" (known: timeout, connect_timeout, prefix, "
+                   "wait_replicas, wait_timeout)", o->name);
 }
 
 static int parse_options(idem_redis_uri *u, const char *query, char **why) {
@@ -170,6 +183,7 @@ static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
   out->port = IDEM_REDIS_DEFAULT_PORT;
   out->timeout_ms = IDEM_REDIS_COMMAND_TIMEOUT_MS;
   out->connect_timeout_ms = IDEM_REDIS_CONNECT_TIMEOUT_MS;
+  out->wait_timeout_ms = IDEM_REDIS_WAIT_TIMEOUT_MS;
 
   p = uri + 8;
   end = p + strlen(p);
@@ -199,6 +213,8 @@ static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
   }
   /* ?a=b&c=d */
   if (query < end && (rc = parse_options(out, query + 1, why)) != 0) return rc;
+  if (out->wait_replicas > 0 && out->wait_timeout_ms >= out->timeout_ms)
+    return fail(why, "wait_timeout must be shorter than timeout (each command's deadline)");
   if (out->prefix == NULL && (out->prefix = strdup("idem")) == NULL) return IDEM_ENOMEM;
   return 0;
 }

@@ -16,3 +16,10 @@ set_tests_properties(redis.store PROPERTIES TIMEOUT 300 LABELS "contract;redis")
 
 # tests/e2e/test_redis_*.py start their own redis-server (they kill and
 # restart it) through tests/e2e/redis_server.py.
+
+# wait_replicas=N against a replica the test starts itself.
+add_executable(redis_wait ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_wait.c)
+target_include_directories(redis_wait PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(redis_wait PRIVATE idem_static PkgConfig::CMOCKA)
+add_test(NAME redis.wait COMMAND ${SUPPORT}/with-redis.sh $<TARGET_FILE:redis_wait> "{REDIS_URI}")
+set_tests_properties(redis.wait PROPERTIES TIMEOUT 300 LABELS "contract;redis")

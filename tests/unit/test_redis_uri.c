@@ -101,6 +101,13 @@ static void options(void **state) {
 
   u = parse_ok("redis://h?timeout=1m&&");
   assert_int_equal(u.timeout_ms, 60000);
+  assert_int_equal(u.wait_replicas, 0); /* the primary's word is enough */
+  assert_int_equal(u.wait_timeout_ms, IDEM_REDIS_WAIT_TIMEOUT_MS);
+  idem_redis_uri_clear(&u);
+
+  u = parse_ok("redis://h?wait_replicas=2&wait_timeout=250ms");
+  assert_int_equal(u.wait_replicas, 2);
+  assert_int_equal(u.wait_timeout_ms, 250);
   idem_redis_uri_clear(&u);
 }
 
@@ -125,6 +132,11 @@ static void malformed_uris_are_refused(void **state) {
   parse_bad("redis://u:p%4@h");
   parse_bad("redis://u:p%00@h");
   parse_bad("redis://h?timeout=fast");
+  parse_bad("redis://h?wait_replicas=one");
+  parse_bad("redis://h?wait_replicas=-1");
+  parse_bad("redis://h?wait_replicas=101");
+  parse_bad("redis://h?wait_replicas=1&wait_timeout=5s"); /* not under timeout (5s) */
+  parse_bad("redis://h?wait_replicas=1&wait_timeout=soon");
   parse_bad("redis://h?timeout=0s");
   parse_bad("redis://h?timeout");
   parse_bad("redis://h?colour=red");
