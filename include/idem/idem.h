@@ -266,6 +266,22 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
 IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
                              idem_store **out, char **errmsg);
 
+/*
+ * The same, with a cache tier in front (cache_uri NULL: none, as
+ * idem_store_open): memory:SIZE[?ttl=DUR], a per-process LRU of finished
+ * records bounded in bytes, shared by every handle opened with the same
+ * cache URI. A claim that finds a finished record there is answered from it
+ * (replay or mismatch) without the store; every other claim, and every other
+ * operation, goes to the store, which fills the cache as it answers
+ * (completes of claims made through these handles, replays). A delete
+ * through any handle of the process clears the key. A record deleted or
+ * replaced through another process is replayed from here for at most the
+ * ttl (default 60s). IDEM_EURI for a malformed cache URI, with errmsg.
+ */
+IDEM_API int idem_store_open_cached(struct uv_loop_s *loop, const char *uri,
+                                    const char *cache_uri, idem_store **out,
+                                    char **errmsg);
+
 /* Submit one operation. The op and everything it points to is copied, so it
  * may go away at once. Returns 0 (cb will be called exactly once) or a
  * negative code for invalid input or a closing store (cb will not be called). */
@@ -288,6 +304,9 @@ typedef struct idem_sync idem_sync;
 /* A store on a private loop, for the CLI and simple callers. One thread at a
  * time per idem_sync. */
 IDEM_API int idem_sync_open(const char *uri, idem_sync **out, char **errmsg);
+/* The same with a cache tier in front (idem_store_open_cached). */
+IDEM_API int idem_sync_open_cached(const char *uri, const char *cache_uri,
+                                   idem_sync **out, char **errmsg);
 /* Run one operation to completion. On return res holds a deep copy (free with
  * idem_result_clear); the function returns res->err or a submit error. */
 IDEM_API int idem_sync_run(idem_sync *sync, const idem_op *op,

@@ -35,7 +35,8 @@ struct gw_admin {
 };
 
 static idem_store *admin_store(gw_admin *a) {
-  gw_store_reopen(a->loop, a->cfg->store_uri, "admin ", &a->store, &a->store_retry_at);
+  gw_store_reopen(a->loop, a->cfg->store_uri, a->cfg->cache_uri, "admin ", &a->store,
+                  &a->store_retry_at);
   return a->store;
 }
 

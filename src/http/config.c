@@ -15,6 +15,7 @@
 #include "core/settings.h"
 #include "http/config_file.h"
 #include "idem/idem.h"
+#include "store/cache.h"
 
 void gw_addr_format(const char *host, int port, char *out, size_t len) {
   if (strchr(host, ':'))
@@ -159,6 +160,17 @@ static int parse_store(void *cfg, const setting *s, const char *v, char *err, si
   return 0;
 }
 
+static int parse_cache(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  char *why = NULL;
+  if (idem_cache_uri_check(v, &why)) {
+    snprintf(err, len, "--%s: %s", s->name, why ? why : "a malformed cache URI");
+    free(why);
+    return -1;
+  }
+  ((gw_config *)cfg)->cache_uri = v;
+  return 0;
+}
+
 static int parse_config_path(void *cfg, const setting *s, const char *v, char *err,
                              size_t len) {
   gw_config *c = cfg;
@@ -225,6 +237,8 @@ static const setting serve_settings[] = {
            "the API behind the gateway: http://HOST:PORT (required)"),
     CUSTOM("store", "URI", "lmdb:./idem-data", parse_store,
            "memory:, lmdb:PATH, redis://..., postgres://..."),
+    CUSTOM("cache", "URI", NULL, parse_cache,
+           "memory:SIZE[?ttl=DUR]: replays answered from a\nper-process LRU (default none)"),
     CUSTOM("config", "FILE", NULL, parse_config_path,
            "YAML file: these settings (with _ for -), defaults:\nand routes: (flags override it; "
            "SIGHUP reloads it)"),

@@ -22,6 +22,7 @@ typedef struct {
   int upstream_port;
   char upstream_authority[300]; /* "HOST:PORT" for a Host header */
   const char *store_uri;     /* --store, default lmdb:./idem-data */
+  const char *cache_uri;     /* --cache, default none */
   gw_policy policy;          /* the default route settings: --ttl, --lock-ttl,
                                 --methods, --require-key, --wait, --key,
                                 --fingerprint, --store-statuses,

@@ -575,7 +575,8 @@ static void claim(gw_exchange *ex) {
   if (replay_spooled(ex))
     return;
   gw_worker *w = ex->w;
-  idem_store *st = gw_store_reopen(&w->loop, w->cfg->store_uri, "", &w->store, &w->store_retry_at);
+  idem_store *st = gw_store_reopen(&w->loop, w->cfg->store_uri, w->cfg->cache_uri, "", &w->store,
+                                   &w->store_retry_at);
   if (!st) {
     store_failed(ex, "open", IDEM_ESTORE);
     return;

@@ -2,6 +2,7 @@
 #include "http/metrics.h"
 
 #include "store/lmdb.h"
+#include "store/store_cache.h"
 
 #include <stdatomic.h>
 
@@ -175,9 +176,24 @@ int gw_metrics_render(gw_buf *out) {
       (unsigned long long)atomic_load(&spool_drained));
 }
 
+static int render_cache(gw_buf *out, const idem_store *store) {
+  uint64_t hits, misses;
+  if (idem_store_cache_counts(store, &hits, &misses) != 0)
+    return 0; /* no --cache */
+  return gw_buf_printf(
+      out,
+      "# HELP idem_cache_hits_total Claims answered from the --cache (replays, mismatches).\n"
+      "# TYPE idem_cache_hits_total counter\nidem_cache_hits_total %llu\n"
+      "# HELP idem_cache_misses_total Claims the --cache could not answer (sent to the store).\n"
+      "# TYPE idem_cache_misses_total counter\nidem_cache_misses_total %llu\n",
+      (unsigned long long)hits, (unsigned long long)misses);
+}
+
 int gw_metrics_render_store(gw_buf *out, const idem_store *store) {
   idem_lmdb_stats s;
-  if (!store || idem_lmdb_stats_get(store, &s) != 0)
+  if (!store || render_cache(out, store))
+    return store ? -1 : 0;
+  if (idem_lmdb_stats_get(store, &s) != 0)
     return 0; /* not an lmdb: store */
   return gw_buf_printf(
       out,

@@ -172,7 +172,8 @@ static void on_connection(uv_stream_t *l, int status) {
 static void on_async_closed(uv_handle_t *h) { (void)h; }
 
 static idem_store *worker_store(gw_worker *w) {
-  return gw_store_reopen(&w->loop, w->cfg->store_uri, "", &w->store, &w->store_retry_at);
+  return gw_store_reopen(&w->loop, w->cfg->store_uri, w->cfg->cache_uri, "", &w->store,
+                         &w->store_retry_at);
 }
 
 /* ---- the spool's drain (worker 0) ----
@@ -299,7 +300,7 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
   if (!w->pool)
     return -1;
   char *msg = NULL;
-  int rc = idem_store_open(&w->loop, cfg->store_uri, &w->store, &msg);
+  int rc = idem_store_open_cached(&w->loop, cfg->store_uri, cfg->cache_uri, &w->store, &msg);
   if (rc) {
     fprintf(stderr, "idem serve: store %s: %s%s%s\n", cfg->store_uri,
             idem_strerror(rc), msg ? ": " : "", msg ? msg : "");

@@ -6,8 +6,8 @@
 
 #define REOPEN_EVERY_MS 1000
 
-idem_store *gw_store_reopen(uv_loop_t *loop, const char *uri, const char *who,
-                            idem_store **store, uint64_t *retry_at) {
+idem_store *gw_store_reopen(uv_loop_t *loop, const char *uri, const char *cache_uri,
+                            const char *who, idem_store **store, uint64_t *retry_at) {
   if (*store)
     return *store;
   uint64_t now = uv_now(loop);
@@ -15,7 +15,7 @@ idem_store *gw_store_reopen(uv_loop_t *loop, const char *uri, const char *who,
     return NULL;
   *retry_at = now + REOPEN_EVERY_MS;
   char *msg = NULL;
-  int rc = idem_store_open(loop, uri, store, &msg);
+  int rc = idem_store_open_cached(loop, uri, cache_uri, store, &msg);
   if (rc) {
     fprintf(stderr, "idem serve: %sstore %s: %s%s%s\n", who, uri, idem_strerror(rc),
             msg ? ": " : "", msg ? msg : "");

@@ -13,9 +13,10 @@
 
 #include "idem/idem.h"
 
-/* *store, opened on loop from uri if it is NULL and *retry_at (uv_now ms)
+/* *store, opened on loop from uri (with the cache at cache_uri in front,
+ * when not NULL) if it is NULL and *retry_at (uv_now ms)
  * has passed; NULL while it cannot be (the failure is logged, naming who). */
-idem_store *gw_store_reopen(uv_loop_t *loop, const char *uri, const char *who,
-                            idem_store **store, uint64_t *retry_at);
+idem_store *gw_store_reopen(uv_loop_t *loop, const char *uri, const char *cache_uri,
+                            const char *who, idem_store **store, uint64_t *retry_at);
 
 #endif

@@ -33,6 +33,8 @@ struct idem_req {
   void *arg;
   idem_store *store;
   idem_queue node;   /* the backend's queues until finished, then store.c's */
+  int64_t submitted; /* idem_now_ms() at submit, when a cache is in front */
+  int from_cache;    /* answered by the cache: the backend never saw it */
   char storage[];
 };
 
@@ -50,8 +52,11 @@ typedef struct {
   void (*close)(idem_store *store);
 } idem_backend;
 
+struct idem_cache;
+
 struct idem_store {
   const idem_backend *backend;
+  struct idem_cache *cache; /* NULL, or the cache tier in front (cache.h) */
   uv_loop_t *loop;
   void *impl;
   /* completed reqs waiting to be called back on the loop */

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "store/backend.h"
+#include "store/cache.h"
+#include "store/store_cache.h"
 
 /* Every scheme idem knows, and its backend: NULL when this build leaves the
  * store out (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF), so that its URIs are
@@ -46,6 +48,7 @@ static void on_store_freed(uv_handle_t *handle) {
   idem_store *store = handle->data;
   if (store->close_cb)
     store->close_cb(store, store->close_arg);
+  idem_cache_release(store->cache);
   pthread_mutex_destroy(&store->done_lock);
   free(store);
 }
@@ -67,6 +70,8 @@ static void on_done(uv_async_t *async) {
   pthread_mutex_unlock(&store->done_lock);
   while ((req = idem_req_of(idem_queue_pop(&done)))) {
     store->in_flight--;
+    if (store->cache)
+      idem_store_cache_learn(store, req);
     req->cb(store, &req->result, req->arg);
     idem_result_clear(&req->result);
     free(req);
@@ -137,6 +142,24 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
     return err;
   }
   *out = store;
+  return 0;
+}
+
+int idem_store_open_cached(struct uv_loop_s *loop, const char *uri, const char *cache_uri,
+                           idem_store **out, char **errmsg) {
+  if (!cache_uri)
+    return idem_store_open(loop, uri, out, errmsg);
+  if (errmsg)
+    *errmsg = NULL;
+  idem_cache *cache;
+  int err = idem_cache_open(cache_uri, &cache, errmsg);
+  if (err)
+    return err;
+  if ((err = idem_store_open(loop, uri, out, errmsg))) {
+    idem_cache_release(cache);
+    return err;
+  }
+  (*out)->cache = cache;
   return 0;
 }
 
@@ -257,7 +280,10 @@ int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *ar
   req->arg = arg;
   req->store = store;
   store->in_flight++;
-  store->backend->submit(store, req);
+  if (store->cache && idem_store_cache_answer(store, req))
+    idem_req_finish(req); /* delivered from the loop, as the store's answers are */
+  else
+    store->backend->submit(store, req);
   return 0;
 }
 

@@ -37,6 +37,11 @@ static void drain_and_close_loop(uv_loop_t *loop) {
 }
 
 int idem_sync_open(const char *uri, idem_sync **out, char **errmsg) {
+  return idem_sync_open_cached(uri, NULL, out, errmsg);
+}
+
+int idem_sync_open_cached(const char *uri, const char *cache_uri, idem_sync **out,
+                          char **errmsg) {
   if (errmsg)
     *errmsg = NULL;
   idem_sync *sync = calloc(1, sizeof *sync);
@@ -46,7 +51,7 @@ int idem_sync_open(const char *uri, idem_sync **out, char **errmsg) {
     free(sync);
     return IDEM_ENOMEM;
   }
-  int err = idem_store_open(&sync->loop, uri, &sync->store, errmsg);
+  int err = idem_store_open_cached(&sync->loop, uri, cache_uri, &sync->store, errmsg);
   if (err) {
     drain_and_close_loop(&sync->loop);
     free(sync);

@@ -7,7 +7,8 @@ endif()
 
 # The contract suite opens the store with migrate=1: every open (and there
 # are several at once) runs the migration under its advisory lock.
-set_property(TEST contract.postgres APPEND PROPERTY ENVIRONMENT "IDEM_TEST_PG_PARAMS=migrate=1")
+set_property(TEST contract.postgres contract.postgres_cached APPEND PROPERTY ENVIRONMENT
+             "IDEM_TEST_PG_PARAMS=migrate=1")
 
 # examples/pg_exactly_once.c: the in-transaction API, built with the tests.
 add_executable(pg_exactly_once ${PROJECT_SOURCE_DIR}/examples/pg_exactly_once.c)

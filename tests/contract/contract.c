@@ -22,6 +22,7 @@
 #include "../support/store_test.h"
 
 static const char *store_uri;
+static const char *cache_uri; /* NULL: no cache tier in front */
 static char run_id[64];
 static idem_sync *db;
 
@@ -645,7 +646,7 @@ static void *claim_burst(void *arg) {
   uv_loop_init(&loop);
   idem_store *store;
   char *msg = NULL;
-  assert_int_equal(idem_store_open(&loop, store_uri, &store, &msg), 0);
+  assert_int_equal(idem_store_open_cached(&loop, store_uri, cache_uri, &store, &msg), 0);
   idem_op op = claim_op("", c->key, "a", 60000);
   if (c->start)
     pthread_barrier_wait(c->start);
@@ -710,7 +711,7 @@ static void many_keys_in_flight_all_claim_and_complete(void **state) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   idem_store *store;
-  assert_int_equal(idem_store_open(&loop, store_uri, &store, NULL), 0);
+  assert_int_equal(idem_store_open_cached(&loop, store_uri, cache_uri, &store, NULL), 0);
   char keys[N][64];
   counter claims = {0}, completes = {0};
   for (int i = 0; i < N; i++) {
@@ -755,7 +756,7 @@ static void many_keys_in_flight_all_claim_and_complete(void **state) {
 static int open_db(void **state) {
   (void)state;
   char *msg = NULL;
-  int err = idem_sync_open(store_uri, &db, &msg);
+  int err = idem_sync_open_cached(store_uri, cache_uri, &db, &msg);
   if (err) {
     print_error("cannot open %s: %s (%s)\n", store_uri, idem_strerror(err), msg ? msg : "");
     free(msg);
@@ -771,11 +772,12 @@ static int close_db(void **state) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: contract STORE_URI\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: contract STORE_URI [CACHE_URI]\n");
     return 2;
   }
   store_uri = argv[1];
+  cache_uri = argc == 3 ? argv[2] : NULL;
   make_run_id(run_id, sizeof run_id, 'c');
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(unseen_claim_gives_fence_one),
@@ -805,6 +807,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(many_keys_in_flight_all_claim_and_complete),
   };
   char name[256];
-  snprintf(name, sizeof name, "contract %s", store_uri);
+  snprintf(name, sizeof name, "contract %s%s%s", store_uri, cache_uri ? " cache " : "",
+           cache_uri ? cache_uri : "");
   return cmocka_run_group_tests_name(name, tests, open_db, close_db);
 }

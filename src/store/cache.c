@@ -1,0 +1,320 @@
+/*
+ * cache.c - the memory: cache (cache.h): a hash table of scoped keys to
+ * encoded records, in least-recently-used order, bounded in bytes.
+ *
+ * An entry is trusted until min(the record's expiry, the time it was filled
+ * + ttl). Expiries are the store's clock where the store answered with a
+ * record (a replay), and this process's clock counted from the submission
+ * of the complete where the cache built it, which is no later than the
+ * store's own expiry for the same complete.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pthread.h>
+
+#include "core/queue.h"
+#include "core/scoped_key.h"
+#include "store/cache.h"
+#include "store/uri_options.h"
+
+#define DEFAULT_TTL_MS 60000
+
+typedef struct centry {
+  struct centry *next; /* in its bucket */
+  idem_queue lru;      /* the cache's, most recent first */
+  int64_t until;       /* trusted until (ms) */
+  int pending;         /* a claim of this process: never an answer */
+  size_t klen, vlen;
+  unsigned char bytes[]; /* the scoped key, then the encoded record */
+} centry;
+
+struct idem_cache {
+  idem_queue registered;
+  char *uri;
+  int refs;
+  pthread_mutex_t lock;
+  centry **buckets;
+  size_t nbuckets, count;
+  idem_queue lru;
+  uint64_t bytes, max_bytes, hits, misses;
+  int64_t ttl_ms;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static idem_queue registry = {&registry, &registry};
+
+/* ---- the table ---------------------------------------------------------- */
+
+static size_t hash_bytes(const unsigned char *p, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return (size_t)h;
+}
+
+static centry **slot_of(idem_cache *c, const unsigned char *key, size_t klen) {
+  centry **slot = &c->buckets[hash_bytes(key, klen) & (c->nbuckets - 1)];
+  while (*slot && ((*slot)->klen != klen || memcmp((*slot)->bytes, key, klen)))
+    slot = &(*slot)->next;
+  return slot;
+}
+
+static void grow(idem_cache *c) {
+  size_t n = c->nbuckets * 2;
+  centry **buckets = calloc(n, sizeof *buckets);
+  if (!buckets)
+    return; /* longer chains: slower, still correct */
+  for (size_t i = 0; i < c->nbuckets; i++)
+    for (centry *e = c->buckets[i], *next; e; e = next) {
+      next = e->next;
+      centry **head = &buckets[hash_bytes(e->bytes, e->klen) & (n - 1)];
+      e->next = *head;
+      *head = e;
+    }
+  free(c->buckets);
+  c->buckets = buckets;
+  c->nbuckets = n;
+}
+
+static size_t entry_size(const centry *e) { return sizeof *e + e->klen + e->vlen; }
+
+static void remove_at(idem_cache *c, centry **slot) {
+  centry *e = *slot;
+  *slot = e->next;
+  idem_queue_remove(&e->lru);
+  c->bytes -= entry_size(e);
+  c->count--;
+  free(e);
+}
+
+static void evict_to_fit(idem_cache *c) {
+  while (c->bytes > c->max_bytes) {
+    idem_queue *oldest = c->lru.prev;
+    centry *e = IDEM_QUEUE_DATA(oldest, centry, lru);
+    remove_at(c, slot_of(c, e->bytes, e->klen));
+  }
+}
+
+/* Keep rec under key until until (replacing what was there). */
+static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
+                   int64_t until, int pending) {
+  centry **slot = slot_of(c, key, klen);
+  if (*slot)
+    remove_at(c, slot);
+  size_t vlen = idem_record_encoded_len(rec);
+  if (sizeof(centry) + klen + vlen > c->max_bytes)
+    return;
+  centry *e = malloc(sizeof *e + klen + vlen);
+  if (!e)
+    return; /* a cache may forget */
+  *e = (centry){.until = until, .pending = pending, .klen = klen, .vlen = vlen};
+  memcpy(e->bytes, key, klen);
+  idem_record_encode(rec, e->bytes + klen);
+  slot = slot_of(c, key, klen);
+  *slot = e;
+  idem_queue_insert_head(&c->lru, &e->lru);
+  c->bytes += entry_size(e);
+  if (++c->count > c->nbuckets)
+    grow(c);
+  evict_to_fit(c);
+}
+
+/* The live entry of key (expired ones are dropped), or NULL. */
+static centry *lookup(idem_cache *c, const unsigned char *key, size_t klen, int64_t now) {
+  centry **slot = slot_of(c, key, klen);
+  if (*slot && (*slot)->until <= now)
+    remove_at(c, slot);
+  return *slot;
+}
+
+static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int finished(idem_state s) { return s == IDEM_STATE_COMPLETED || s == IDEM_STATE_FAILED; }
+
+/* ---- the interface -------------------------------------------------------- */
+
+int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t now,
+                   idem_record *rec) {
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(scope, key, k);
+  int found = 0;
+  pthread_mutex_lock(&c->lock);
+  centry *e = lookup(c, k, klen, now);
+  idem_record view;
+  if (e && !e->pending && idem_record_decode(e->bytes + klen, e->vlen, &view) == 0 &&
+      idem_record_copy(rec, &view) == 0) {
+    idem_queue_remove(&e->lru);
+    idem_queue_insert_head(&c->lru, &e->lru);
+    found = 1;
+  }
+  if (found)
+    c->hits++;
+  else
+    c->misses++;
+  pthread_mutex_unlock(&c->lock);
+  return found;
+}
+
+void idem_cache_put(idem_cache *c, const char *scope, const char *key, const idem_record *rec,
+                    int64_t now) {
+  if (!finished(rec->state) || rec->expires_at <= now)
+    return;
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(scope, key, k);
+  pthread_mutex_lock(&c->lock);
+  insert(c, k, klen, rec, earlier(rec->expires_at, now + c->ttl_ms), 0);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_claimed(idem_cache *c, const char *scope, const char *key, const idem_op *claim,
+                        uint64_t fence, int64_t started) {
+  idem_record rec = {.state = IDEM_STATE_PROCESSING, .fence = fence,
+                     .created_at = started, .updated_at = started};
+  memcpy(rec.fingerprint, claim->fingerprint, sizeof rec.fingerprint);
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(scope, key, k);
+  pthread_mutex_lock(&c->lock);
+  insert(c, k, klen, &rec, started + claim->lease_ms, 1);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started) {
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(op->scope, op->key, k);
+  pthread_mutex_lock(&c->lock);
+  centry **slot = slot_of(c, k, klen);
+  idem_record claim;
+  if (*slot && (*slot)->pending &&
+      idem_record_decode((*slot)->bytes + klen, (*slot)->vlen, &claim) == 0 &&
+      claim.fence == op->fence) {
+    idem_record rec = claim;
+    rec.state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED;
+    rec.locked_until = 0;
+    rec.updated_at = started;
+    rec.expires_at = started + op->ttl_ms;
+    rec.response = op->response;
+    insert(c, k, klen, &rec, earlier(rec.expires_at, started + c->ttl_ms), 0);
+  } else if (*slot) {
+    remove_at(c, slot); /* not the claim it remembers: trust nothing */
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(scope, key, k);
+  pthread_mutex_lock(&c->lock);
+  centry **slot = slot_of(c, k, klen);
+  if (*slot)
+    remove_at(c, slot);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_counts(const idem_cache *c, uint64_t *hits, uint64_t *misses) {
+  pthread_mutex_lock((pthread_mutex_t *)&c->lock);
+  *hits = c->hits;
+  *misses = c->misses;
+  pthread_mutex_unlock((pthread_mutex_t *)&c->lock);
+}
+
+/* ---- opening: one cache per URI ------------------------------------------ */
+
+static int refuse(char **why, const char *uri, const char *what) {
+  if (why) {
+    size_t n = strlen(uri) + strlen(what) + 8;
+    if ((*why = malloc(n)))
+      snprintf(*why, n, "%s: %s", uri, what);
+  }
+  return IDEM_EURI;
+}
+
+/* "memory:SIZE[?ttl=DUR]" into max bytes and ttl. */
+static int parse(const char *uri, uint64_t *max, int64_t *ttl, char **why) {
+  static const char form[] = "a cache is memory:SIZE[?ttl=DURATION], e.g. memory:64MiB?ttl=30s";
+  if (strncmp(uri, "memory:", 7))
+    return refuse(why, uri, form);
+  const char *q = strchr(uri, '?');
+  size_t n = q ? (size_t)(q - uri - 7) : strlen(uri + 7);
+  char size[32];
+  if (n == 0 || n >= sizeof size)
+    return refuse(why, uri, form);
+  memcpy(size, uri + 7, n);
+  size[n] = 0;
+  if (idem_parse_size(size, max) || *max < 4096)
+    return refuse(why, uri, "SIZE is a size of at least 4KiB, such as 64MiB");
+  *ttl = DEFAULT_TTL_MS;
+  idem_uri_options o;
+  if (q && idem_uri_options_parse(q + 1, &o))
+    return IDEM_ENOMEM;
+  int err = 0;
+  for (size_t i = 0; q && !err && i < o.n; i++) {
+    if (strcmp(o.items[i].name, "ttl"))
+      err = refuse(why, uri, "the only option is ttl=DURATION");
+    else if (!o.items[i].value || idem_parse_duration(o.items[i].value, ttl))
+      err = refuse(why, uri, "ttl is a duration such as 500ms, 30s or 5m");
+  }
+  if (q)
+    idem_uri_options_free(&o);
+  return err;
+}
+
+int idem_cache_uri_check(const char *uri, char **why) {
+  uint64_t max;
+  int64_t ttl;
+  return parse(uri, &max, &ttl, why);
+}
+
+static idem_cache *cache_new(const char *uri, uint64_t max, int64_t ttl) {
+  idem_cache *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->nbuckets = 64;
+  c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
+  c->uri = strdup(uri);
+  if (!c->buckets || !c->uri || pthread_mutex_init(&c->lock, NULL)) {
+    free(c->buckets);
+    free(c->uri);
+    free(c);
+    return NULL;
+  }
+  idem_queue_init(&c->lru);
+  c->max_bytes = max;
+  c->ttl_ms = ttl;
+  return c;
+}
+
+int idem_cache_open(const char *uri, idem_cache **out, char **why) {
+  uint64_t max;
+  int64_t ttl;
+  int err = parse(uri, &max, &ttl, why);
+  if (err)
+    return err;
+  pthread_mutex_lock(&registry_lock);
+  idem_cache *c = idem_queue_find_key(&registry, offsetof(idem_cache, registered),
+                                      offsetof(idem_cache, uri), uri);
+  if (!c && (c = cache_new(uri, max, ttl)))
+    idem_queue_insert_tail(&registry, &c->registered);
+  if (c)
+    c->refs++;
+  pthread_mutex_unlock(&registry_lock);
+  *out = c;
+  return c ? 0 : IDEM_ENOMEM;
+}
+
+void idem_cache_release(idem_cache *c) {
+  if (!c)
+    return;
+  pthread_mutex_lock(&registry_lock);
+  if (--c->refs == 0) {
+    idem_queue_remove(&c->registered);
+    c->max_bytes = 0; /* every entry goes */
+    evict_to_fit(c);
+    pthread_mutex_destroy(&c->lock);
+    free(c->buckets);
+    free(c->uri);
+    free(c);
+  }
+  pthread_mutex_unlock(&registry_lock);
+}

@@ -1,0 +1,50 @@
+/*
+ * cache.h - the cache tier in front of a store (store.c drives it): a
+ * per-process, bytes-bounded LRU of finished records, shared by every handle
+ * opened with the same cache URI, so that a replay is answered without a
+ * round trip to the store of record.
+ *
+ *   memory:SIZE[?ttl=DUR]   SIZE like 64MiB; ttl (default 60s) bounds how
+ *                           long an entry is trusted after it was filled
+ *
+ * Only completed and failed records answer; a claim this process won is
+ * remembered (pending) so that its complete can fill the cache without
+ * asking the store. Every function is thread-safe.
+ */
+#ifndef IDEM_STORE_CACHE_H
+#define IDEM_STORE_CACHE_H
+
+#include <stdint.h>
+
+#include "idem/idem.h"
+
+typedef struct idem_cache idem_cache;
+
+/* The cache for uri (one per distinct URI in the process, referenced):
+ * IDEM_EURI with a sentence in *why (malloc'd) when the URI is malformed. */
+int idem_cache_open(const char *uri, idem_cache **out, char **why);
+void idem_cache_release(idem_cache *c);
+/* Only the check of uri: 0, or IDEM_EURI with a sentence in *why (malloc'd). */
+int idem_cache_uri_check(const char *uri, char **why);
+
+/* The finished record of (scope, key) trusted at now, deep-copied into
+ * *rec (idem_record_clear it): 1, or 0 when there is none. */
+int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t now,
+                   idem_record *rec);
+/* rec as the store of record answered it: kept when it is finished. */
+void idem_cache_put(idem_cache *c, const char *scope, const char *key,
+                    const idem_record *rec, int64_t now);
+/* This process claimed (scope, key) with fence at started: remember what a
+ * complete needs to build the record. */
+void idem_cache_claimed(idem_cache *c, const char *scope, const char *key,
+                        const idem_op *claim, uint64_t fence, int64_t started);
+/* The store took a complete or fail (op, submitted at started): the pending
+ * claim of that fence becomes the finished record. */
+void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started);
+/* (scope, key) changed in a way the cache does not follow: drop it. */
+void idem_cache_forget(idem_cache *c, const char *scope, const char *key);
+
+/* Replays answered here, and claims that found nothing here. */
+void idem_cache_counts(const idem_cache *c, uint64_t *hits, uint64_t *misses);
+
+#endif

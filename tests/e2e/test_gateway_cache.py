@@ -1,0 +1,71 @@
+"""--cache memory:SIZE[?ttl=DUR]: a replay (and a mismatch) answered from the
+per-process cache, counted on /metrics; a delete through the admin listener
+clears it; a second gateway on the same Redis keeps replaying its cached
+answer after a delete elsewhere only until its ttl ends; a bad cache URI is
+refused at start."""
+
+import subprocess
+import time
+
+from harness import GatewayTestCase, idem_bin, main, wait_for
+from redis_server import RedisServer
+from test_gateway_admin import parse_metrics
+
+
+def cache_hits(gw):
+    text = gw.admin_request("GET", "/metrics").body.decode()
+    return parse_metrics(text).get(("idem_cache_hits_total", ""), 0)
+
+
+class Cache(GatewayTestCase):
+    def setUp(self):
+        self.up = self.start_upstream()
+
+    def test_replays_and_mismatches_come_from_the_cache(self):
+        gw = self.start_gateway(self.up, "--cache", "memory:16MiB?ttl=1m", admin=True,
+                                store="lmdb:%s/store" % self.tempdir())
+        first = gw.request("POST", "/pay", body=b'{"amount":5}', key="c1")
+        self.assertEqual(first.status, 200, self.gw_log())
+        self.assertEqual(cache_hits(gw), 0)
+        again = gw.request("POST", "/pay", body=b'{"amount":5}', key="c1")
+        self.assertEqual((again.status, again.body, again.replayed), (200, first.body, True))
+        self.assertEqual(cache_hits(gw), 1)
+        other = gw.request("POST", "/pay", body=b'{"amount":6}', key="c1")
+        self.assertEqual(other.status, 422, self.gw_log())
+        self.assertEqual(cache_hits(gw), 2)
+        self.assertEqual(self.up.count("c1"), 1)
+        # the admin listener's delete clears this process's cache too
+        self.assertEqual(gw.admin_request("DELETE", "/keys/c1").status, 204)
+        rerun = gw.request("POST", "/pay", body=b'{"amount":5}', key="c1")
+        self.assertEqual((rerun.status, rerun.replayed), (200, False), self.gw_log())
+        self.assertEqual(self.up.count("c1"), 2)
+
+    def test_stale_for_at_most_the_ttl_after_a_delete_elsewhere(self):
+        redis = RedisServer().start()
+        self.addCleanup(redis.cleanup)
+        a = self.start_gateway(self.up, "--workers", "1", admin=True, store=redis.uri)
+        b = self.start_gateway(self.up, "--workers", "1", "--cache", "memory:1MiB?ttl=1s",
+                               store=redis.uri)
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="s1").status, 200)
+        self.assertTrue(b.request("POST", "/pay", body=b"x", key="s1").replayed)  # fills b
+        self.assertEqual(a.admin_request("DELETE", "/keys/s1").status, 204)
+        deleted_at = time.monotonic()
+        r = b.request("POST", "/pay", body=b"x", key="s1")
+        if time.monotonic() - deleted_at < 0.9:  # within the ttl: b's cache answers
+            self.assertTrue(r.replayed, self.gw_log())
+            self.assertEqual(self.up.count("s1"), 1)
+        # after the ttl, b asks Redis, which has no record: the key runs again
+        wait_for(lambda: not b.request("POST", "/pay", body=b"x", key="s1").replayed, 10,
+                 what="b to stop replaying after its ttl")
+        self.assertEqual(self.up.count("s1"), 2)
+
+    def test_bad_cache_uri_is_refused_at_start(self):
+        for bad in ("memory:", "memory:lots", "redis-ish:1MiB", "memory:1MiB?ttl=soon"):
+            out = subprocess.run([idem_bin(), "serve", "--upstream", self.up.url,
+                                  "--cache", bad], capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("--cache", out.stderr)
+
+
+if __name__ == "__main__":
+    main()

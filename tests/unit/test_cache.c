@@ -1,0 +1,190 @@
+/* test_cache.c - the cache tier: its URIs, the LRU bounded in bytes, trust
+ * that ends with the ttl or the record, claims never answered from it,
+ * and a store with the cache in front answering replays without the store. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "unit.h"
+
+#include "idem/idem.h"
+#include "store/cache.h"
+
+static idem_cache *open_ok(const char *uri) {
+  idem_cache *c = NULL;
+  char *why = NULL;
+  int err = idem_cache_open(uri, &c, &why);
+  if (err)
+    print_error("%s: %s\n", uri, why ? why : "");
+  assert_int_equal(err, 0);
+  return c;
+}
+
+static void bad_uris_are_refused_with_a_reason(void **state) {
+  (void)state;
+  const char *bad[] = {"memory:", "memory:lots", "memory:1k", "redis-ish:64MiB",
+                       "memory:64MiB?ttl=soon", "memory:64MiB?size=1", "memory:64MiB?ttl"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    idem_cache *c = NULL;
+    char *why = NULL;
+    assert_int_equal(idem_cache_open(bad[i], &c, &why), IDEM_EURI);
+    assert_non_null(why);
+    free(why);
+  }
+}
+
+static idem_record finished(uint8_t fp, int64_t expires_at, size_t body_len) {
+  static char body[8192];
+  memset(body, 'b', sizeof body);
+  idem_record rec = {.state = IDEM_STATE_COMPLETED, .fence = 1, .expires_at = expires_at,
+                     .response = {.status = 201, .body = body, .body_len = body_len}};
+  memset(rec.fingerprint, fp, sizeof rec.fingerprint);
+  return rec;
+}
+
+static int has(idem_cache *c, const char *key, int64_t now) {
+  idem_record rec;
+  if (!idem_cache_get(c, "s", key, now, &rec))
+    return 0;
+  idem_record_clear(&rec);
+  return 1;
+}
+
+/* 8 KiB: room for a few 1 KiB records; the least recently used goes first. */
+static void least_recently_used_goes_when_bytes_run_out(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:8KiB?ttl=1h");
+  idem_record rec = finished(1, 1000000, 1000);
+  char key[16];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    idem_cache_put(c, "s", key, &rec, 0);
+  }
+  assert_true(has(c, "k0", 0)); /* k0 is now the most recent */
+  for (int i = 5; i < 12; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    idem_cache_put(c, "s", key, &rec, 0);
+  }
+  assert_true(has(c, "k11", 0));
+  assert_false(has(c, "k1", 0)); /* the oldest untouched went first */
+  /* a record larger than the whole cache is not kept */
+  idem_record big = finished(1, 1000000, 8192);
+  idem_cache_put(c, "s", "big", &big, 0);
+  assert_false(has(c, "big", 0));
+  idem_cache_release(c);
+}
+
+static void trust_ends_with_the_ttl_or_the_record(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:1MiB?ttl=1h");
+  idem_record rec = finished(1, 1000, 10);
+  idem_cache_put(c, "s", "short-record", &rec, 0);
+  assert_true(has(c, "short-record", 999));
+  assert_false(has(c, "short-record", 1000));
+  idem_cache_release(c);
+  c = open_ok("memory:1MiB?ttl=100ms");
+  rec = finished(1, 1000000, 10);
+  idem_cache_put(c, "s", "short-ttl", &rec, 0);
+  assert_true(has(c, "short-ttl", 99));
+  assert_false(has(c, "short-ttl", 100));
+  /* not finished, or already over: never kept */
+  rec.state = IDEM_STATE_PROCESSING;
+  idem_cache_put(c, "s", "processing", &rec, 0);
+  assert_false(has(c, "processing", 0));
+  idem_cache_release(c);
+}
+
+/* A claim is remembered, never answered; its complete of the same fence
+ * makes the record; another fence or a forget drops it. */
+static void a_claim_becomes_the_record_its_complete_makes(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:1MiB");
+  idem_op claim = {.kind = IDEM_OP_CLAIM, .scope = "s", .key = "k", .lease_ms = 1000,
+                   .ttl_ms = 5000};
+  memset(claim.fingerprint, 7, sizeof claim.fingerprint);
+  idem_cache_claimed(c, "s", "k", &claim, 3, 100);
+  assert_false(has(c, "k", 100));
+  idem_op stale = {.kind = IDEM_OP_COMPLETE, .scope = "s", .key = "k", .fence = 2,
+                   .ttl_ms = 5000, .response = {.status = 200}};
+  idem_cache_finished(c, &stale, 200);
+  assert_false(has(c, "k", 200));
+  idem_cache_claimed(c, "s", "k", &claim, 3, 100);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "s", .key = "k", .fence = 3,
+                  .ttl_ms = 5000, .response = {.status = 200, .body = "ok", .body_len = 2}};
+  idem_cache_finished(c, &done, 200);
+  idem_record rec;
+  assert_true(idem_cache_get(c, "s", "k", 300, &rec));
+  assert_int_equal(rec.state, IDEM_STATE_COMPLETED);
+  assert_int_equal(rec.fence, 3);
+  assert_int_equal(rec.expires_at, 5200);
+  assert_memory_equal(rec.fingerprint, claim.fingerprint, sizeof rec.fingerprint);
+  assert_memory_equal(rec.response.body, "ok", 2);
+  idem_record_clear(&rec);
+  idem_cache_forget(c, "s", "k");
+  assert_false(has(c, "k", 300));
+  uint64_t hits, misses;
+  idem_cache_counts(c, &hits, &misses);
+  assert_int_equal(hits, 1);
+  assert_true(misses >= 3);
+  idem_cache_release(c);
+}
+
+static idem_op claim_of(const char *key, const char *body) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .key = key, .lease_ms = 60000, .ttl_ms = 60000};
+  idem_fingerprint("POST", "/", body, strlen(body), 0, op.fingerprint);
+  return op;
+}
+
+static int outcome(idem_sync *db, idem_op op) {
+  idem_result res;
+  assert_int_equal(idem_sync_run(db, &op, &res), 0);
+  int o = (int)res.outcome;
+  idem_result_clear(&res);
+  return o;
+}
+
+/* Behind the cache, a replay and a mismatch never reach the store: with the
+ * record deleted behind the cache's back (as another process would), this
+ * handle still replays until the ttl ends; a delete through a cached handle
+ * clears it at once. */
+static void replays_are_answered_without_the_store(void **state) {
+  (void)state;
+  idem_sync *cached, *bare;
+  assert_int_equal(idem_sync_open_cached("memory:cache-test", "memory:1MiB?ttl=300ms", &cached,
+                                         NULL), 0);
+  assert_int_equal(idem_sync_open("memory:cache-test", &bare, NULL), 0);
+  idem_result res;
+  idem_op claim = claim_of("k", "a");
+  assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .key = "k", .fence = res.fence, .ttl_ms = 60000,
+                  .response = {.status = 201}};
+  assert_int_equal(idem_sync_run(cached, &done, &res), 0);
+  idem_op del = {.kind = IDEM_OP_DELETE, .key = "k"};
+  assert_int_equal(idem_sync_run(bare, &del, &res), 0);
+  assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_REPLAY);
+  assert_int_equal(outcome(cached, claim_of("k", "b")), IDEM_MISMATCH);
+  usleep(350 * 1000); /* the ttl is what the test is about */
+  claim = claim_of("k", "a");
+  assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  /* completed again; a delete through the cached handle clears it now */
+  done.fence = res.fence;
+  assert_int_equal(idem_sync_run(cached, &done, &res), 0);
+  assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_REPLAY);
+  assert_int_equal(idem_sync_run(cached, &del, &res), 0);
+  assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_CLAIMED);
+  idem_sync_close(cached);
+  idem_sync_close(bare);
+}
+
+UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
+           cmocka_unit_test(least_recently_used_goes_when_bytes_run_out),
+           cmocka_unit_test(trust_ends_with_the_ttl_or_the_record),
+           cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
+           cmocka_unit_test(replays_are_answered_without_the_store))
