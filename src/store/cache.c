@@ -15,6 +15,7 @@
 #include <pthread.h>
 
 #include "core/queue.h"
+#include "core/fnv.h"
 #include "core/scoped_key.h"
 #include "store/cache.h"
 #include "store/uri_options.h"
@@ -47,15 +48,8 @@ static idem_queue registry = {&registry, &registry};
 
 /* ---- the table ---------------------------------------------------------- */
 
-static size_t hash_bytes(const unsigned char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return (size_t)h;
-}
-
 static centry **slot_of(idem_cache *c, const unsigned char *key, size_t klen) {
-  centry **slot = &c->buckets[hash_bytes(key, klen) & (c->nbuckets - 1)];
+  centry **slot = &c->buckets[idem_fnv1a(key, klen) & (c->nbuckets - 1)];
   while (*slot && ((*slot)->klen != klen || memcmp((*slot)->bytes, key, klen)))
     slot = &(*slot)->next;
   return slot;
@@ -69,7 +63,7 @@ static void grow(idem_cache *c) {
   for (size_t i = 0; i < c->nbuckets; i++)
     for (centry *e = c->buckets[i], *next; e; e = next) {
       next = e->next;
-      centry **head = &buckets[hash_bytes(e->bytes, e->klen) & (n - 1)];
+      centry **head = &buckets[idem_fnv1a(e->bytes, e->klen) & (n - 1)];
       e->next = *head;
       *head = e;
     }

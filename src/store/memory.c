@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fnv.h"
 #include "core/scoped_key.h"
 #include "store/backend.h"
 
@@ -28,15 +29,8 @@ static idem_queue registry = {&registry, &registry};
 
 /* ---- the hash table ---------------------------------------------------- */
 
-static size_t hash_bytes(const unsigned char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return (size_t)h;
-}
-
 static entry **slot_of(table *t, const unsigned char *key, size_t len) {
-  entry **slot = &t->buckets[hash_bytes(key, len) & (t->nbuckets - 1)];
+  entry **slot = &t->buckets[idem_fnv1a(key, len) & (t->nbuckets - 1)];
   while (*slot && ((*slot)->key_len != len || memcmp((*slot)->key, key, len)))
     slot = &(*slot)->next;
   return slot;
@@ -50,7 +44,7 @@ static void grow(table *t) {
   for (size_t i = 0; i < t->nbuckets; i++) {
     for (entry *e = t->buckets[i], *next; e; e = next) {
       next = e->next;
-      entry **head = &buckets[hash_bytes(e->key, e->key_len) & (n - 1)];
+      entry **head = &buckets[idem_fnv1a(e->key, e->key_len) & (n - 1)];
       e->next = *head;
       *head = e;
     }
