@@ -24,9 +24,16 @@
 # Servers (pg_bench.sh, pg_replay_bench.sh):
 #   with_postgres "$0" "$@"     unless IDEM_TEST_PG_URI names a server, run the
 #                               script again under tests/support/with-postgres.sh
+# Runs as key=value lines (pg_replay_bench.sh, redis_wait_bench.sh):
+#   kv_median FILE FIELD FILTER the median of FIELD over the lines of FILE that
+#                               hold every k=v of FILTER ("k=v,k=v")
+#   kv_ratio_median FILE FIELD FILTER BY NUM DEN
+#                               among those lines, the i-th with BY=NUM over the
+#                               i-th with BY=DEN (one per round): their median
 # Reports (lmdb_bench.sh, pg_bench.sh):
 #   machine_lines               "## Machine", CPU (with the load) and memory lines
 #   raw_runs FILE               "## Raw runs" and FILE in a code block
+#   report_end FILE             a blank line, machine_lines, a blank line, raw_runs FILE
 
 bench_options() {
   local lines=$1 spec=$2 pair var
@@ -224,6 +231,33 @@ check_alive() {
   done
 }
 
+# the lines of $1 holding every k=v of the filter $2, as awk sees them
+kv_select() {
+  awk -v filter="$2" '
+    BEGIN { n = split(filter, conds, ",") }
+    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+      for (j = 1; j <= n; j++) { split(conds[j], c, "="); if (kv[c[1]] != c[2]) next }
+      print }' "$1"
+}
+
+# the median of the numbers on stdin, with printf format $1
+median_of() {
+  sort -g | awk -v fmt="$1" '{ a[NR] = $1 } END { printf fmt "\n", NR ? a[int((NR + 1) / 2)] : 0 }'
+}
+
+kv_median() {
+  kv_select "$1" "$3" | awk -v f="$2" '{ for (i = 1; i <= NF; i++) { split($i, p, "="); if (p[1] == f) print p[2] } }' |
+    median_of "%s"
+}
+
+kv_ratio_median() {
+  kv_select "$1" "$3" | awk -v f="$2" -v by="$4" -v num="$5" -v den="$6" '
+    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
+      c[kv[by]]++; v[kv[by], c[kv[by]]] = kv[f] }
+    END { for (i = 1; i <= c[num] && i <= c[den]; i++) if (v[den, i] > 0) print v[num, i] / v[den, i] }' |
+    median_of "%.2f"
+}
+
 machine_lines() {
   local cpu
   cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
@@ -239,4 +273,11 @@ raw_runs() {
   echo '```'
   cat "$1"
   echo '```'
+}
+
+report_end() {
+  echo
+  machine_lines
+  echo
+  raw_runs "$1"
 }

@@ -66,21 +66,6 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-# per round, B's pairs_per_sec over A's, for MODE; then their median
-ratio_median() {
-  awk -v m="$1" '
-    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-      if (kv["mode"] != m) next
-      n[kv["build"]]++; v[kv["build"], n[kv["build"]]] = kv["pairs_per_sec"] }
-    END { for (i = 1; i <= n["B"]; i++) print v["B", i] / v["A", i] }' "$runs" |
-    sort -g | awk '{ a[NR] = $1 } END { printf "%.2f", NR ? a[int((NR + 1) / 2)] : 0 }'
-}
-field_median() { # build mode field
-  awk -v b="$1" -v m="$2" -v f="$3" '
-    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-      if (kv["build"] == b && kv["mode"] == m) print kv[f] }' "$runs" |
-    sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }'
-}
 per_replay() { # build: rows updated per replay over every replay run
   awk -v b="$1" '
     { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
@@ -104,12 +89,9 @@ rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo
   echo "| | A | B | B/A (median of rounds) |"
   echo "| --- | ---: | ---: | ---: |"
-  echo "| unique keys, pairs/s | $(field_median A unique pairs_per_sec) | $(field_median B unique pairs_per_sec) | $(ratio_median unique) |"
-  echo "| replays/s | $(field_median A replay pairs_per_sec) | $(field_median B replay pairs_per_sec) | $(ratio_median replay) |"
+  echo "| unique keys, pairs/s | $(kv_median "$runs" pairs_per_sec build=A,mode=unique) | $(kv_median "$runs" pairs_per_sec build=B,mode=unique) | $(kv_ratio_median "$runs" pairs_per_sec mode=unique build B A) |"
+  echo "| replays/s | $(kv_median "$runs" pairs_per_sec build=A,mode=replay) | $(kv_median "$runs" pairs_per_sec build=B,mode=replay) | $(kv_ratio_median "$runs" pairs_per_sec mode=replay build B A) |"
   echo "| rows updated per replay | $(per_replay A) | $(per_replay B) | |"
-  echo
-  machine_lines
-  echo
-  raw_runs "$runs"
+  report_end "$runs"
 } >"$OUT"
 cat "$OUT"

@@ -52,22 +52,6 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-# per round, wait's FIELD over plain's at in_flight N; then their median
-ratio() { # in_flight field
-  awk -v n="$1" -v f="$2" '
-    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-      if (kv["in_flight"] != n) next
-      c[kv["mode"]]++; v[kv["mode"], c[kv["mode"]]] = kv[f] }
-    END { for (i = 1; i <= c["wait"]; i++) print v["wait", i] / v["plain", i] }' "$runs" |
-    sort -g | awk '{ a[NR] = $1 } END { printf "%.2f", NR ? a[int((NR + 1) / 2)] : 0 }'
-}
-median() { # mode in_flight field
-  awk -v m="$1" -v n="$2" -v f="$3" '
-    { delete kv; for (i = 1; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-      if (kv["mode"] == m && kv["in_flight"] == n) print kv[f] }' "$runs" |
-    sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 0 }'
-}
-
 {
   echo "# Redis store: the cost of wait_replicas=1"
   echo
@@ -81,13 +65,12 @@ median() { # mode in_flight field
   echo "| in flight | plain pairs/s | wait_replicas=1 pairs/s | ratio (median of rounds) | plain p50 / p99 ms | wait p50 / p99 ms |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
   for n in 64 1; do
-    echo "| $n | $(median plain $n pairs_per_sec) | $(median wait $n pairs_per_sec) | $(ratio $n pairs_per_sec) |" \
-         "$(median plain $n pair_p50_ms) / $(median plain $n pair_p99_ms) |" \
-         "$(median wait $n pair_p50_ms) / $(median wait $n pair_p99_ms) |"
+    p="mode=plain,in_flight=$n" w="mode=wait,in_flight=$n"
+    echo "| $n | $(kv_median "$runs" pairs_per_sec "$p") | $(kv_median "$runs" pairs_per_sec "$w") |" \
+         "$(kv_ratio_median "$runs" pairs_per_sec "in_flight=$n" mode wait plain) |" \
+         "$(kv_median "$runs" pair_p50_ms "$p") / $(kv_median "$runs" pair_p99_ms "$p") |" \
+         "$(kv_median "$runs" pair_p50_ms "$w") / $(kv_median "$runs" pair_p99_ms "$w") |"
   done
-  echo
-  machine_lines
-  echo
-  raw_runs "$runs"
+  report_end "$runs"
 } >"$OUT"
 cat "$OUT"

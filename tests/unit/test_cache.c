@@ -80,24 +80,24 @@ static void least_recently_used_goes_when_bytes_run_out(void **state) {
   idem_cache_release(c);
 }
 
+/* rec, put at time 0 in a cache of uri, is answered until last (ms) and
+ * not after; last -1: never kept. */
+static void expect_trusted_until(const char *uri, idem_record rec, int64_t last) {
+  idem_cache *c = open_ok(uri);
+  idem_cache_put(c, "s", "k", &rec, 0);
+  if (last >= 0)
+    assert_true(has(c, "k", last));
+  assert_false(has(c, "k", last + 1));
+  idem_cache_release(c);
+}
+
 static void trust_ends_with_the_ttl_or_the_record(void **state) {
   (void)state;
-  idem_cache *c = open_ok("memory:1MiB?ttl=1h");
-  idem_record rec = finished(1, 1000, 10);
-  idem_cache_put(c, "s", "short-record", &rec, 0);
-  assert_true(has(c, "short-record", 999));
-  assert_false(has(c, "short-record", 1000));
-  idem_cache_release(c);
-  c = open_ok("memory:1MiB?ttl=100ms");
-  rec = finished(1, 1000000, 10);
-  idem_cache_put(c, "s", "short-ttl", &rec, 0);
-  assert_true(has(c, "short-ttl", 99));
-  assert_false(has(c, "short-ttl", 100));
-  /* not finished, or already over: never kept */
-  rec.state = IDEM_STATE_PROCESSING;
-  idem_cache_put(c, "s", "processing", &rec, 0);
-  assert_false(has(c, "processing", 0));
-  idem_cache_release(c);
+  expect_trusted_until("memory:1MiB?ttl=1h", finished(1, 1000, 10), 999);
+  expect_trusted_until("memory:1MiB?ttl=100ms", finished(1, 1000000, 10), 99);
+  idem_record processing = finished(1, 1000000, 10);
+  processing.state = IDEM_STATE_PROCESSING; /* not finished: never kept */
+  expect_trusted_until("memory:1MiB", processing, -1);
 }
 
 /* A claim is remembered, never answered; its complete of the same fence
