@@ -9,7 +9,8 @@
 #   start_nginx_pair            nginx upstream (fixed 200 JSON) on UP_PORT and nginx
 #                               as a plain reverse proxy to it on PX_PORT
 #   start_idem NAME STORE [--admin]
-#                               idem serve ($IDEM) in front of UP_PORT; sets PORT
+#                               idem serve ($IDEM, with the flags in $IDEM_EXTRA)
+#                               in front of UP_PORT; sets PORT
 #                               (and ADMIN, the admin listener, with --admin)
 #   write_bench_lua             $TMP/bench.lua, the wrk script: unique or replay keys
 #                               ($REPLAY_KEYS of them), POST $BODY, one RESULT line
@@ -148,14 +149,16 @@ start_nginx_pair() {
 }
 
 start_idem() {
-  local name=$1 store=$2 admin=()
+  local name=$1 store=$2 admin=() extra=()
+  # IDEM_EXTRA: more flags, split on blanks and never globbed
+  [ -z "${IDEM_EXTRA:-}" ] || read -ra extra <<<"$IDEM_EXTRA"
   PORT=$(free_port)
   if [ "${3:-}" = --admin ]; then
     ADMIN=$(free_port)
     admin=(--admin-listen "127.0.0.1:$ADMIN")
   fi
   "$IDEM" serve --listen "127.0.0.1:$PORT" --upstream "http://127.0.0.1:$UP_PORT" \
-    --store "$store" "${admin[@]}" 2>"$TMP/$name.stderr" &
+    --store "$store" "${admin[@]}" "${extra[@]}" 2>"$TMP/$name.stderr" &
   PIDS+=($!)
   wait_port "$PORT" "${PIDS[-1]}" "$name" || { cat "$TMP/$name.stderr" >&2; exit 1; }
   if [ ${#admin[@]} -gt 0 ]; then
