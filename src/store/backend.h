@@ -26,6 +26,16 @@
 
 typedef struct idem_req idem_req;
 
+/* Operations only the cache tier sends, to a redis:// store that serves as
+ * a shared cache (store_cache.c, redis_cache.c); never from the public API.
+ *   CACHE_GET  the finished record kept for (scope, key): result.record, or
+ *              IDEM_ENOTFOUND
+ *   CACHE_PUT  keep response.body (an encoded finished record) for ttl_ms
+ *   CACHE_DEL  drop it */
+#define IDEM_OP_CACHE_GET ((idem_op_kind)100)
+#define IDEM_OP_CACHE_PUT ((idem_op_kind)101)
+#define IDEM_OP_CACHE_DEL ((idem_op_kind)102)
+
 struct idem_req {
   idem_op op;        /* deep copy: strings live in storage[] */
   idem_result result;
@@ -57,6 +67,7 @@ struct idem_cache;
 struct idem_store {
   const idem_backend *backend;
   struct idem_cache *cache; /* NULL, or the cache tier in front (cache.h) */
+  struct idem_store *cache_store; /* a shared (redis://) cache, or NULL */
   uv_loop_t *loop;
   void *impl;
   /* completed reqs waiting to be called back on the loop */
@@ -69,6 +80,9 @@ struct idem_store {
   idem_close_cb close_cb;
   void *close_arg;
 };
+
+/* Submit an operation of the cache tier's (IDEM_OP_CACHE_*), unchecked. */
+int idem_store_submit_internal(idem_store *store, const idem_op *op, idem_cb cb, void *arg);
 
 /* The rules every operation is held to before a store sees it: valid key and
  * scope, positive bounded durations, fences, response status and sizes.

@@ -18,6 +18,9 @@
 #include "core/fnv.h"
 #include "core/scoped_key.h"
 #include "store/cache.h"
+#if IDEM_WITH_REDIS
+#include "store/redis.h"
+#endif
 #include "store/uri_options.h"
 
 #define DEFAULT_TTL_MS 60000
@@ -32,7 +35,7 @@ typedef struct centry {
 } centry;
 
 struct idem_cache {
-  idem_queue registered;
+  idem_queue registered; /* in the registry, by uri */
   char *uri;
   int refs;
   pthread_mutex_t lock;
@@ -143,10 +146,6 @@ int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t no
     idem_queue_insert_head(&c->lru, &e->lru);
     found = 1;
   }
-  if (found)
-    c->hits++;
-  else
-    c->misses++;
   pthread_mutex_unlock(&c->lock);
   return found;
 }
@@ -174,26 +173,48 @@ void idem_cache_claimed(idem_cache *c, const char *scope, const char *key, const
   pthread_mutex_unlock(&c->lock);
 }
 
+/* The pending claim of op's fence, finished by op (under the lock): 1 with
+ * *rec pointing into the entry, else 0 (and a stale entry is dropped). */
+static int finish_claim(idem_cache *c, const unsigned char *k, size_t klen, const idem_op *op,
+                        int64_t started, idem_record *rec) {
+  centry **slot = slot_of(c, k, klen);
+  if (!*slot)
+    return 0;
+  if (!(*slot)->pending || idem_record_decode((*slot)->bytes + klen, (*slot)->vlen, rec) ||
+      rec->fence != op->fence) {
+    remove_at(c, slot); /* not the claim it remembers: trust nothing */
+    return 0;
+  }
+  rec->state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED;
+  rec->locked_until = 0;
+  rec->updated_at = started;
+  rec->expires_at = started + op->ttl_ms;
+  rec->response = op->response;
+  return 1;
+}
+
 void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started) {
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(op->scope, op->key, k);
+  idem_record rec;
   pthread_mutex_lock(&c->lock);
-  centry **slot = slot_of(c, k, klen);
-  idem_record claim;
-  if (*slot && (*slot)->pending &&
-      idem_record_decode((*slot)->bytes + klen, (*slot)->vlen, &claim) == 0 &&
-      claim.fence == op->fence) {
-    idem_record rec = claim;
-    rec.state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED;
-    rec.locked_until = 0;
-    rec.updated_at = started;
-    rec.expires_at = started + op->ttl_ms;
-    rec.response = op->response;
+  if (finish_claim(c, k, klen, op, started, &rec))
     insert(c, k, klen, &rec, earlier(rec.expires_at, started + c->ttl_ms), 0);
-  } else if (*slot) {
-    remove_at(c, slot); /* not the claim it remembers: trust nothing */
-  }
   pthread_mutex_unlock(&c->lock);
+}
+
+int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
+                             idem_record *out) {
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(op->scope, op->key, k);
+  idem_record rec;
+  pthread_mutex_lock(&c->lock);
+  int found = finish_claim(c, k, klen, op, started, &rec) && idem_record_copy(out, &rec) == 0;
+  centry **slot = slot_of(c, k, klen);
+  if (*slot)
+    remove_at(c, slot);
+  pthread_mutex_unlock(&c->lock);
+  return found;
 }
 
 void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
@@ -203,6 +224,15 @@ void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
   centry **slot = slot_of(c, k, klen);
   if (*slot)
     remove_at(c, slot);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_count(idem_cache *c, int hit) {
+  pthread_mutex_lock(&c->lock);
+  if (hit)
+    c->hits++;
+  else
+    c->misses++;
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -226,7 +256,8 @@ static int refuse(char **why, const char *uri, const char *what) {
 
 /* "memory:SIZE[?ttl=DUR]" into max bytes and ttl. */
 static int parse(const char *uri, uint64_t *max, int64_t *ttl, char **why) {
-  static const char form[] = "a cache is memory:SIZE[?ttl=DURATION], e.g. memory:64MiB?ttl=30s";
+  static const char form[] = "a cache is memory:SIZE[?ttl=DURATION] (e.g. memory:64MiB?ttl=30s) "
+                             "or redis://HOST:PORT[/DB]";
   if (strncmp(uri, "memory:", 7))
     return refuse(why, uri, form);
   const char *q = strchr(uri, '?');
@@ -255,6 +286,17 @@ static int parse(const char *uri, uint64_t *max, int64_t *ttl, char **why) {
 }
 
 int idem_cache_uri_check(const char *uri, char **why) {
+  if (!strncmp(uri, "redis://", 8)) {
+#if IDEM_WITH_REDIS
+    idem_redis_uri u;
+    int err = idem_redis_uri_parse(uri, &u, why);
+    if (!err)
+      idem_redis_uri_clear(&u);
+    return err;
+#else
+    return refuse(why, uri, "this build of idem has no Redis support (built with -DIDEM_REDIS=OFF)");
+#endif
+  }
   uint64_t max;
   int64_t ttl;
   return parse(uri, &max, &ttl, why);
@@ -279,22 +321,42 @@ static idem_cache *cache_new(const char *uri, uint64_t max, int64_t ttl) {
   return c;
 }
 
+/* The cache registered under name, made with max and ttl if there is none. */
+static idem_cache *shared(const char *name, uint64_t max, int64_t ttl) {
+  pthread_mutex_lock(&registry_lock);
+  idem_cache *c = idem_queue_find_key(&registry, offsetof(idem_cache, registered),
+                                      offsetof(idem_cache, uri), name);
+  if (!c && (c = cache_new(name, max, ttl)))
+    idem_queue_insert_tail(&registry, &c->registered);
+  if (c)
+    c->refs++;
+  pthread_mutex_unlock(&registry_lock);
+  return c;
+}
+
 int idem_cache_open(const char *uri, idem_cache **out, char **why) {
   uint64_t max;
   int64_t ttl;
   int err = parse(uri, &max, &ttl, why);
   if (err)
     return err;
-  pthread_mutex_lock(&registry_lock);
-  idem_cache *c = idem_queue_find_key(&registry, offsetof(idem_cache, registered),
-                                      offsetof(idem_cache, uri), uri);
-  if (!c && (c = cache_new(uri, max, ttl)))
-    idem_queue_insert_tail(&registry, &c->registered);
-  if (c)
-    c->refs++;
-  pthread_mutex_unlock(&registry_lock);
-  *out = c;
-  return c ? 0 : IDEM_ENOMEM;
+  *out = shared(uri, max, ttl);
+  return *out ? 0 : IDEM_ENOMEM;
+}
+
+idem_cache *idem_cache_for_claims(const char *shared_uri, uint64_t max_bytes, int64_t ttl_ms) {
+  char name[512];
+  snprintf(name, sizeof name, "claims for %s", shared_uri); /* never a memory: URI */
+  return shared(name, max_bytes, ttl_ms);
+}
+
+static void cache_free(idem_cache *c) {
+  c->max_bytes = 0; /* every entry goes */
+  evict_to_fit(c);
+  pthread_mutex_destroy(&c->lock);
+  free(c->buckets);
+  free(c->uri);
+  free(c);
 }
 
 void idem_cache_release(idem_cache *c) {
@@ -303,12 +365,7 @@ void idem_cache_release(idem_cache *c) {
   pthread_mutex_lock(&registry_lock);
   if (--c->refs == 0) {
     idem_queue_remove(&c->registered);
-    c->max_bytes = 0; /* every entry goes */
-    evict_to_fit(c);
-    pthread_mutex_destroy(&c->lock);
-    free(c->buckets);
-    free(c->uri);
-    free(c);
+    cache_free(c);
   }
   pthread_mutex_unlock(&registry_lock);
 }

@@ -24,6 +24,10 @@ typedef struct idem_cache idem_cache;
  * IDEM_EURI with a sentence in *why (malloc'd) when the URI is malformed. */
 int idem_cache_open(const char *uri, idem_cache **out, char **why);
 void idem_cache_release(idem_cache *c);
+/* For a cache shared elsewhere (Redis, at shared_uri): the process's own
+ * table of its claims (for their completes) and of the counts, one per
+ * shared_uri like the caches of idem_cache_open. */
+idem_cache *idem_cache_for_claims(const char *shared_uri, uint64_t max_bytes, int64_t ttl_ms);
 /* Only the check of uri: 0, or IDEM_EURI with a sentence in *why (malloc'd). */
 int idem_cache_uri_check(const char *uri, char **why);
 
@@ -41,10 +45,16 @@ void idem_cache_claimed(idem_cache *c, const char *scope, const char *key,
 /* The store took a complete or fail (op, submitted at started): the pending
  * claim of that fence becomes the finished record. */
 void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started);
+/* The same, but the record goes to *out (idem_record_clear it) instead of
+ * this cache, for a cache elsewhere: 1, or 0 when there was no such claim. */
+int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
+                             idem_record *out);
 /* (scope, key) changed in a way the cache does not follow: drop it. */
 void idem_cache_forget(idem_cache *c, const char *scope, const char *key);
 
-/* Replays answered here, and claims that found nothing here. */
+/* Count one claim answered by the cache (hit) or sent to the store. */
+void idem_cache_count(idem_cache *c, int hit);
+/* Those counts. */
 void idem_cache_counts(const idem_cache *c, uint64_t *hits, uint64_t *misses);
 
 #endif

@@ -94,6 +94,10 @@ static void start_op(rstore *rs, idem_req *req) {
 }
 
 static void start_any(rstore *rs, idem_req *req) {
+  if (req->op.kind >= IDEM_OP_CACHE_GET) { /* a shared cache's (backend.h) */
+    redis_cache_start(rs, req);
+    return;
+  }
   switch (req->op.kind) {
   case IDEM_OP_LIST:
     redis_list_start(rs, req);

@@ -7,6 +7,7 @@
  *   redis_cmd.c    commands in flight: sending, deadlines, the reply callback
  *   redis_reply.c  script replies as records and IDEM_E codes
  *   redis_wait.c   wait_replicas: one WAIT per loop turn before answering
+ *   redis_cache.c  the cache tier's GET, SET and DEL (a shared --cache)
  *   redis_conn.c   the connection's state machine, reconnection, and the
  *                  handle's lifetime
  *   redis_uv.c     hiredis on a libuv loop
@@ -106,6 +107,10 @@ int redis_decode_op(rstore *rs, idem_req *req, const redisReply *r);
 int redis_error_reply(rstore *rs, const redisReply *r);
 /* NOSCRIPT: the script was not run, so it may be sent again as EVAL. */
 int redis_is_noscript(const redisReply *r);
+
+/* ---- redis_cache.c */
+/* Run an IDEM_OP_CACHE_* req (the connection is UP). */
+void redis_cache_start(rstore *rs, idem_req *req);
 
 /* ---- redis_wait.c */
 /* Whether an operation of kind waits for replicas (wait_replicas > 0). */

@@ -54,7 +54,8 @@ static void on_store_freed(uv_handle_t *handle) {
 }
 
 static void finish_close_if_idle(idem_store *store) {
-  if (store->closing == 1 && store->backend_closed && store->in_flight == 0) {
+  if (store->closing == 1 && store->backend_closed && store->in_flight == 0 &&
+      !store->cache_store) {
     store->closing = 2; /* handle close under way */
     uv_close((uv_handle_t *)&store->done_async, on_store_freed);
   }
@@ -149,18 +150,21 @@ int idem_store_open_cached(struct uv_loop_s *loop, const char *uri, const char *
                            idem_store **out, char **errmsg) {
   if (!cache_uri)
     return idem_store_open(loop, uri, out, errmsg);
-  if (errmsg)
-    *errmsg = NULL;
-  idem_cache *cache;
-  int err = idem_cache_open(cache_uri, &cache, errmsg);
-  if (err)
+  int err = idem_cache_uri_check(cache_uri, errmsg);
+  if (err || (err = idem_store_open(loop, uri, out, errmsg)))
     return err;
-  if ((err = idem_store_open(loop, uri, out, errmsg))) {
-    idem_cache_release(cache);
-    return err;
+  if ((err = idem_store_cache_attach(*out, cache_uri, errmsg))) {
+    idem_store_close(*out, NULL, NULL); /* closes on the loop's next run */
+    *out = NULL;
   }
-  (*out)->cache = cache;
-  return 0;
+  return err;
+}
+
+static void on_cache_store_closed(idem_store *cache_store, void *arg) {
+  idem_store *store = arg;
+  (void)cache_store;
+  store->cache_store = NULL;
+  finish_close_if_idle(store);
 }
 
 void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg) {
@@ -169,6 +173,8 @@ void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg) {
   store->closing = 1;
   store->close_cb = close_cb;
   store->close_arg = arg;
+  if (store->cache_store)
+    idem_store_close(store->cache_store, on_cache_store_closed, store);
   store->backend->close(store);
 }
 
@@ -240,7 +246,8 @@ static char *copy_into(char **cursor, const char *src, size_t len) {
 
 /* One allocation holds the req and every byte the op points to. */
 static idem_req *req_new(const idem_op *op) {
-  int has_response = op->kind == IDEM_OP_COMPLETE || op->kind == IDEM_OP_FAIL;
+  int has_response = op->kind == IDEM_OP_COMPLETE || op->kind == IDEM_OP_FAIL ||
+                     op->kind == IDEM_OP_CACHE_PUT;
   size_t scope_len = op->scope ? strlen(op->scope) : 0;
   size_t key_len = op->key ? strlen(op->key) : 0;
   size_t hlen = has_response ? op->response.headers_len : 0;
@@ -265,14 +272,7 @@ static idem_req *req_new(const idem_op *op) {
   return req;
 }
 
-int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
-  if (!store || !op || !cb)
-    return IDEM_EINVAL;
-  if (store->closing)
-    return IDEM_ECLOSED;
-  int err = idem_op_validate(op);
-  if (err)
-    return err;
+static int submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
   idem_req *req = req_new(op);
   if (!req)
     return IDEM_ENOMEM;
@@ -280,11 +280,22 @@ int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *ar
   req->arg = arg;
   req->store = store;
   store->in_flight++;
-  if (store->cache && idem_store_cache_answer(store, req))
-    idem_req_finish(req); /* delivered from the loop, as the store's answers are */
-  else
+  if (!store->cache || !idem_store_cache_answer(store, req))
     store->backend->submit(store, req);
   return 0;
+}
+
+int idem_store_submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
+  if (!store || !op || !cb)
+    return IDEM_EINVAL;
+  if (store->closing)
+    return IDEM_ECLOSED;
+  int err = idem_op_validate(op);
+  return err ? err : submit(store, op, cb, arg);
+}
+
+int idem_store_submit_internal(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
+  return store->closing ? IDEM_ECLOSED : submit(store, op, cb, arg);
 }
 
 /* ---- result helpers for backends --------------------------------------- */

@@ -3,35 +3,50 @@
  * req asks of the cache before its store sees it, and what its answer
  * teaches the cache after. store.c calls these on the loop thread.
  *
- * A claim is answered here only when idem_transition, run on the cached
- * finished record, answers it without writing: a replay or a mismatch.
- * Everything else (a new key, a takeover of an expired or failed record)
- * needs the store of record, which alone can decide who runs.
+ * A claim is answered from the cache only when idem_transition, run on the
+ * cached finished record, answers it without writing: a replay or a
+ * mismatch. Everything else (a new key, a takeover of an expired or failed
+ * record) needs the store of record, which alone can decide who runs.
+ *
+ * Two kinds of cache: memory: (store->cache holds the records) and a Redis
+ * shared by gateways (store->cache_store, a redis:// store spoken to with
+ * the IDEM_OP_CACHE_* operations; store->cache then only remembers this
+ * process's claims, for their completes). A shared cache that fails or is
+ * slow only costs its answer: the claim goes to the store.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/backend.h"
 #include "store/cache.h"
 #include "store/store_cache.h"
 
-int idem_store_cache_answer(idem_store *store, idem_req *req) {
-  req->submitted = idem_now_ms();
-  if (req->op.kind == IDEM_OP_DELETE) /* now: no claim after it may replay */
-    idem_cache_forget(store->cache, req->op.scope, req->op.key);
-  if (req->op.kind != IDEM_OP_CLAIM)
-    return 0;
-  idem_record cached;
-  if (!idem_cache_get(store->cache, req->op.scope, req->op.key, req->submitted, &cached))
-    return 0;
+#define PENDING_BYTES (16u << 20) /* claims remembered for a shared cache */
+#define PENDING_TTL_MS (3600 * 1000)
+
+/* ---- opening ---------------------------------------------------------------- */
+
+int idem_store_cache_attach(idem_store *store, const char *cache_uri, char **errmsg) {
+  if (strncmp(cache_uri, "redis://", 8))
+    return idem_cache_open(cache_uri, &store->cache, errmsg);
+  store->cache = idem_cache_for_claims(cache_uri, PENDING_BYTES, PENDING_TTL_MS);
+  if (!store->cache)
+    return IDEM_ENOMEM;
+  /* a Redis that is down opens all the same, and connects when it can */
+  return idem_store_open(store->loop, cache_uri, &store->cache_store, errmsg);
+}
+
+/* ---- answering a claim -------------------------------------------------------- */
+
+/* Whether rec answers req's claim without the store: then req->result is set. */
+static int answers(idem_req *req, const idem_record *rec) {
   idem_record next;
   idem_result res;
   memset(&res, 0, sizeof res);
-  int write = idem_transition(&cached, &req->op, req->submitted, &next, &res);
-  int answered = write == IDEM_WRITE_NONE && !res.err &&
-                 (res.outcome == IDEM_REPLAY || res.outcome == IDEM_MISMATCH) &&
-                 idem_result_set_record(&res, &cached, req->op.scope, req->op.key) == 0;
-  idem_record_clear(&cached);
-  if (!answered) {
+  int write = idem_transition(rec, &req->op, req->submitted, &next, &res);
+  if (write != IDEM_WRITE_NONE || res.err ||
+      (res.outcome != IDEM_REPLAY && res.outcome != IDEM_MISMATCH) ||
+      idem_result_set_record(&res, rec, req->op.scope, req->op.key)) {
     idem_result_clear(&res);
     return 0;
   }
@@ -40,35 +55,121 @@ int idem_store_cache_answer(idem_store *store, idem_req *req) {
   return 1;
 }
 
+static void on_shared_get(idem_store *cache_store, const idem_result *res, void *arg) {
+  idem_req *req = arg;
+  idem_store *store = req->store;
+  (void)cache_store;
+  int hit = !res->err && res->record && answers(req, res->record);
+  idem_cache_count(store->cache, hit);
+  if (hit)
+    idem_req_finish(req);
+  else if (store->closing) /* the backend is closing: too late to hand it req */
+    idem_req_fail(req, IDEM_ECLOSED);
+  else
+    store->backend->submit(store, req);
+}
+
+static void ignore(idem_store *s, const idem_result *res, void *arg) {
+  (void)s, (void)res, (void)arg;
+}
+
+/* The shared cache's copy of (scope, key) goes. */
+static void shared_forget(idem_store *store, const idem_op *op) {
+  if (!store->cache_store)
+    return;
+  idem_op del = {.kind = IDEM_OP_CACHE_DEL, .scope = op->scope, .key = op->key};
+  idem_store_submit_internal(store->cache_store, &del, ignore, NULL);
+}
+
+int idem_store_cache_answer(idem_store *store, idem_req *req) {
+  req->submitted = idem_now_ms();
+  if (req->op.kind == IDEM_OP_DELETE) { /* now: no claim after it may replay */
+    idem_cache_forget(store->cache, req->op.scope, req->op.key);
+    shared_forget(store, &req->op);
+  }
+  if (req->op.kind != IDEM_OP_CLAIM)
+    return 0;
+  if (store->cache_store) {
+    idem_op get = {.kind = IDEM_OP_CACHE_GET, .scope = req->op.scope, .key = req->op.key};
+    return idem_store_submit_internal(store->cache_store, &get, on_shared_get, req) == 0;
+  }
+  idem_record cached;
+  int answered = 0;
+  if (idem_cache_get(store->cache, req->op.scope, req->op.key, req->submitted, &cached)) {
+    answered = answers(req, &cached);
+    idem_record_clear(&cached);
+  }
+  idem_cache_count(store->cache, answered);
+  if (answered)
+    idem_req_finish(req); /* delivered from the loop, as the store's answers are */
+  return answered;
+}
+
+/* ---- learning from the store's answers --------------------------------------- */
+
+/* A finished record, as the store answered it or as a complete made it. */
+static void keep(idem_store *store, const char *scope, const char *key, const idem_record *rec) {
+  int64_t now = idem_now_ms();
+  if (!store->cache_store) {
+    idem_cache_put(store->cache, scope, key, rec, now);
+    return;
+  }
+  if (rec->state != IDEM_STATE_COMPLETED && rec->state != IDEM_STATE_FAILED)
+    return;
+  if (rec->expires_at <= now)
+    return;
+  size_t len = idem_record_encoded_len(rec);
+  uint8_t *blob = malloc(len);
+  if (!blob)
+    return;
+  idem_record_encode(rec, blob);
+  idem_op put = {.kind = IDEM_OP_CACHE_PUT, .scope = scope, .key = key,
+                 .ttl_ms = rec->expires_at - now,
+                 .response = {.body = (const char *)blob, .body_len = len}};
+  idem_store_submit_internal(store->cache_store, &put, ignore, NULL);
+  free(blob);
+}
+
+static void finished(idem_store *store, const idem_op *op, int64_t started) {
+  if (!store->cache_store) {
+    idem_cache_finished(store->cache, op, started);
+    return;
+  }
+  idem_record rec;
+  if (idem_cache_take_finished(store->cache, op, started, &rec)) {
+    keep(store, op->scope, op->key, &rec);
+    idem_record_clear(&rec);
+  }
+}
+
 void idem_store_cache_learn(idem_store *store, const idem_req *req) {
   const idem_op *op = &req->op;
   const idem_result *res = &req->result;
-  idem_cache *c = store->cache;
   if (req->from_cache)
     return;
   switch (op->kind) {
   case IDEM_OP_CLAIM:
-    if (res->err)
-      break;
-    if (res->outcome == IDEM_CLAIMED)
-      idem_cache_claimed(c, op->scope, op->key, op, res->fence, req->submitted);
-    else if (res->record)
-      idem_cache_put(c, op->scope, op->key, res->record, idem_now_ms());
+    if (!res->err && res->outcome == IDEM_CLAIMED)
+      idem_cache_claimed(store->cache, op->scope, op->key, op, res->fence, req->submitted);
+    else if (!res->err && res->record)
+      keep(store, op->scope, op->key, res->record);
     break;
   case IDEM_OP_COMPLETE:
   case IDEM_OP_FAIL:
-    if (!res->err)
-      idem_cache_finished(c, op, req->submitted);
-    else
-      idem_cache_forget(c, op->scope, op->key);
+    if (!res->err) {
+      finished(store, op, req->submitted);
+      break;
+    }
+    /* a complete the store refused leaves nothing to trust */
+    /* fall through */
+  case IDEM_OP_RELEASE:
+  case IDEM_OP_DELETE:
+    idem_cache_forget(store->cache, op->scope, op->key);
+    shared_forget(store, op);
     break;
   case IDEM_OP_GET:
     if (!res->err && res->record)
-      idem_cache_put(c, op->scope, op->key, res->record, idem_now_ms());
-    break;
-  case IDEM_OP_RELEASE:
-  case IDEM_OP_DELETE:
-    idem_cache_forget(c, op->scope, op->key);
+      keep(store, op->scope, op->key, res->record);
     break;
   default:
     break;

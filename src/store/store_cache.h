@@ -7,7 +7,11 @@
 
 #include "store/backend.h"
 
-/* Before the backend: 1 when the cache answered req (its result is set). */
+/* Put the cache at cache_uri in front of store (just opened): memory:...
+ * or redis://... (a shared cache, opened on store's loop). */
+int idem_store_cache_attach(idem_store *store, const char *cache_uri, char **errmsg);
+/* Before the backend: 1 when the cache took req (answered it, or asks a
+ * shared cache first and hands it to the backend itself on a miss). */
 int idem_store_cache_answer(idem_store *store, idem_req *req);
 /* After the answer, before the caller's callback: fill or clear the cache. */
 void idem_store_cache_learn(idem_store *store, const idem_req *req);

@@ -23,3 +23,9 @@ target_include_directories(redis_wait PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(redis_wait PRIVATE idem_static PkgConfig::CMOCKA)
 add_test(NAME redis.wait COMMAND ${SUPPORT}/with-redis.sh $<TARGET_FILE:redis_wait> "{REDIS_URI}")
 set_tests_properties(redis.wait PROPERTIES TIMEOUT 300 LABELS "contract;redis")
+
+# The contract on LMDB with a Redis shared by gateways as the cache tier.
+add_test(NAME contract.lmdb_redis_cached
+         COMMAND ${SUPPORT}/with-redis.sh ${SUPPORT}/with-tempdir.sh $<TARGET_FILE:contract>
+                 "lmdb:{TMP}/store" "{REDIS_URI}")
+set_tests_properties(contract.lmdb_redis_cached PROPERTIES TIMEOUT 600 LABELS "contract;cache;redis")

@@ -2,7 +2,9 @@
 per-process cache, counted on /metrics; a delete through the admin listener
 clears it; a second gateway on the same Redis keeps replaying its cached
 answer after a delete elsewhere only until its ttl ends; a bad cache URI is
-refused at start."""
+refused at start. --cache redis://: two gateways share it (one replays what
+the other completed, a delete through either clears it), and a cache Redis
+that is down costs nothing but its answers."""
 
 import subprocess
 import time
@@ -59,8 +61,47 @@ class Cache(GatewayTestCase):
                  what="b to stop replaying after its ttl")
         self.assertEqual(self.up.count("s1"), 2)
 
+    def shared(self):
+        store, cache = RedisServer().start(), RedisServer().start()
+        self.addCleanup(store.cleanup)
+        self.addCleanup(cache.cleanup)
+        gws = [self.start_gateway(self.up, "--workers", "1", "--cache", cache.uri, admin=True,
+                                  store=store.uri) for _ in range(2)]
+        return cache, gws
+
+    def test_shared_redis_cache_between_gateways(self):
+        cache, (a, b) = self.shared()
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="r1").status, 200)
+        # a fills the shared cache right after its complete, without waiting
+        wait_for(lambda: cache.command("EXISTS", "idem:cache:{0::r1}") == 1, 10,
+                 what="a's complete in the cache Redis")
+        r = b.request("POST", "/pay", body=b"x", key="r1")
+        self.assertEqual((r.status, r.replayed), (200, True), self.gw_log())
+        self.assertEqual(cache_hits(b), 1)  # what a completed, from the shared cache
+        self.assertEqual(b.request("POST", "/pay", body=b"y", key="r1").status, 422)
+        # a delete through either gateway clears the shared copy: no staleness
+        self.assertEqual(a.admin_request("DELETE", "/keys/r1").status, 204)
+        self.assertEqual(cache.command("EXISTS", "idem:cache:{0::r1}"), 0)
+        r = b.request("POST", "/pay", body=b"x", key="r1")
+        self.assertEqual((r.status, r.replayed), (200, False), self.gw_log())
+        self.assertEqual(self.up.count("r1"), 2)
+
+    def test_cache_redis_down_costs_only_its_answers(self):
+        cache, (a, b) = self.shared()
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="d1").status, 200)
+        cache.kill()
+        r = b.request("POST", "/pay", body=b"x", key="d1")
+        self.assertEqual((r.status, r.replayed), (200, True), self.gw_log())  # from the store
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="d2").status, 200)
+        self.assertEqual(self.up.count("d1"), 1)
+        cache.start()  # back: filled and read again
+        wait_for(lambda: b.request("POST", "/pay", body=b"x", key="d2").replayed and
+                 cache.command("EXISTS", "idem:cache:{0::d2}") == 1, 10,
+                 what="the cache Redis filled again")
+
     def test_bad_cache_uri_is_refused_at_start(self):
-        for bad in ("memory:", "memory:lots", "redis-ish:1MiB", "memory:1MiB?ttl=soon"):
+        for bad in ("memory:", "memory:lots", "redis-ish:1MiB", "memory:1MiB?ttl=soon",
+                    "redis://h?colour=red"):
             out = subprocess.run([idem_bin(), "serve", "--upstream", self.up.url,
                                   "--cache", bad], capture_output=True, text=True, timeout=10)
             self.assertEqual(out.returncode, 2, out.stderr)
