@@ -15,7 +15,7 @@
 #include <pthread.h>
 
 #include "core/queue.h"
-#include "core/fnv.h"
+#include "core/htable.h"
 #include "core/scoped_key.h"
 #include "store/cache.h"
 #if IDEM_WITH_REDIS
@@ -26,7 +26,7 @@
 #define DEFAULT_TTL_MS 60000
 
 typedef struct centry {
-  struct centry *next; /* in its bucket */
+  idem_hnode node;     /* keyed by the scoped key at bytes */
   idem_queue lru;      /* the cache's, most recent first */
   int64_t until;       /* trusted until (ms) */
   int pending;         /* a claim of this process: never an answer */
@@ -39,8 +39,7 @@ struct idem_cache {
   char *uri;
   int refs;
   pthread_mutex_t lock;
-  centry **buckets;
-  size_t nbuckets, count;
+  idem_htable entries;
   idem_queue lru;
   uint64_t bytes, max_bytes, hits, misses;
   int64_t ttl_ms;
@@ -51,38 +50,19 @@ static idem_queue registry = {&registry, &registry};
 
 /* ---- the table ---------------------------------------------------------- */
 
-static centry **slot_of(idem_cache *c, const unsigned char *key, size_t klen) {
-  centry **slot = &c->buckets[idem_fnv1a(key, klen) & (c->nbuckets - 1)];
-  while (*slot && ((*slot)->klen != klen || memcmp((*slot)->bytes, key, klen)))
-    slot = &(*slot)->next;
-  return slot;
-}
+/* The entry linked at slot, or NULL. */
+static centry *at(idem_hnode **slot) { return *slot ? IDEM_HNODE_DATA(*slot, centry, node) : NULL; }
 
-static void grow(idem_cache *c) {
-  size_t n = c->nbuckets * 2;
-  centry **buckets = calloc(n, sizeof *buckets);
-  if (!buckets)
-    return; /* longer chains: slower, still correct */
-  for (size_t i = 0; i < c->nbuckets; i++)
-    for (centry *e = c->buckets[i], *next; e; e = next) {
-      next = e->next;
-      centry **head = &buckets[idem_fnv1a(e->bytes, e->klen) & (n - 1)];
-      e->next = *head;
-      *head = e;
-    }
-  free(c->buckets);
-  c->buckets = buckets;
-  c->nbuckets = n;
+static idem_hnode **slot_of(idem_cache *c, const unsigned char *key, size_t klen) {
+  return idem_htable_slot(&c->entries, key, klen);
 }
 
 static size_t entry_size(const centry *e) { return sizeof *e + e->klen + e->vlen; }
 
-static void remove_at(idem_cache *c, centry **slot) {
-  centry *e = *slot;
-  *slot = e->next;
+static void remove_at(idem_cache *c, idem_hnode **slot) {
+  centry *e = IDEM_HNODE_DATA(idem_htable_unlink(&c->entries, slot), centry, node);
   idem_queue_remove(&e->lru);
   c->bytes -= entry_size(e);
-  c->count--;
   free(e);
 }
 
@@ -97,7 +77,7 @@ static void evict_to_fit(idem_cache *c) {
 /* Keep rec under key until until (replacing what was there). */
 static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
                    int64_t until, int pending) {
-  centry **slot = slot_of(c, key, klen);
+  idem_hnode **slot = slot_of(c, key, klen);
   if (*slot)
     remove_at(c, slot);
   size_t vlen = idem_record_encoded_len(rec);
@@ -109,21 +89,20 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
   *e = (centry){.until = until, .pending = pending, .klen = klen, .vlen = vlen};
   memcpy(e->bytes, key, klen);
   idem_record_encode(rec, e->bytes + klen);
-  slot = slot_of(c, key, klen);
-  *slot = e;
+  e->node.key = e->bytes;
+  e->node.klen = klen;
+  idem_htable_link(&c->entries, slot_of(c, key, klen), &e->node);
   idem_queue_insert_head(&c->lru, &e->lru);
   c->bytes += entry_size(e);
-  if (++c->count > c->nbuckets)
-    grow(c);
   evict_to_fit(c);
 }
 
 /* The live entry of key (expired ones are dropped), or NULL. */
 static centry *lookup(idem_cache *c, const unsigned char *key, size_t klen, int64_t now) {
-  centry **slot = slot_of(c, key, klen);
-  if (*slot && (*slot)->until <= now)
+  idem_hnode **slot = slot_of(c, key, klen);
+  if (*slot && at(slot)->until <= now)
     remove_at(c, slot);
-  return *slot;
+  return at(slot);
 }
 
 static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -177,10 +156,11 @@ void idem_cache_claimed(idem_cache *c, const char *scope, const char *key, const
  * *rec pointing into the entry, else 0 (and a stale entry is dropped). */
 static int finish_claim(idem_cache *c, const unsigned char *k, size_t klen, const idem_op *op,
                         int64_t started, idem_record *rec) {
-  centry **slot = slot_of(c, k, klen);
-  if (!*slot)
+  idem_hnode **slot = slot_of(c, k, klen);
+  centry *e = at(slot);
+  if (!e)
     return 0;
-  if (!(*slot)->pending || idem_record_decode((*slot)->bytes + klen, (*slot)->vlen, rec) ||
+  if (!e->pending || idem_record_decode(e->bytes + klen, e->vlen, rec) ||
       rec->fence != op->fence) {
     remove_at(c, slot); /* not the claim it remembers: trust nothing */
     return 0;
@@ -210,7 +190,7 @@ int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
   idem_record rec;
   pthread_mutex_lock(&c->lock);
   int found = finish_claim(c, k, klen, op, started, &rec) && idem_record_copy(out, &rec) == 0;
-  centry **slot = slot_of(c, k, klen);
+  idem_hnode **slot = slot_of(c, k, klen);
   if (*slot)
     remove_at(c, slot);
   pthread_mutex_unlock(&c->lock);
@@ -221,7 +201,7 @@ void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  centry **slot = slot_of(c, k, klen);
+  idem_hnode **slot = slot_of(c, k, klen);
   if (*slot)
     remove_at(c, slot);
   pthread_mutex_unlock(&c->lock);
@@ -304,14 +284,13 @@ int idem_cache_uri_check(const char *uri, char **why) {
 
 static idem_cache *cache_new(const char *uri, uint64_t max, int64_t ttl) {
   idem_cache *c = calloc(1, sizeof *c);
-  if (!c)
-    return NULL;
-  c->nbuckets = 64;
-  c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
-  c->uri = strdup(uri);
-  if (!c->buckets || !c->uri || pthread_mutex_init(&c->lock, NULL)) {
-    free(c->buckets);
+  int made = c && (c->uri = strdup(uri)) && idem_htable_init(&c->entries) == 0 &&
+             pthread_mutex_init(&c->lock, NULL) == 0;
+  if (!made && c) {
+    free(c->entries.buckets);
     free(c->uri);
+  }
+  if (!made) {
     free(c);
     return NULL;
   }
@@ -354,7 +333,7 @@ static void cache_free(idem_cache *c) {
   c->max_bytes = 0; /* every entry goes */
   evict_to_fit(c);
   pthread_mutex_destroy(&c->lock);
-  free(c->buckets);
+  free(c->entries.buckets);
   free(c->uri);
   free(c);
 }

@@ -4,13 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fnv.h"
+#include "core/htable.h"
 #include "core/scoped_key.h"
 #include "store/backend.h"
 
 typedef struct entry {
-  struct entry *next;
-  size_t key_len;
+  idem_hnode node; /* keyed by key[] */
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   idem_record rec; /* deep copy, scope and key set */
 } entry;
@@ -20,8 +19,7 @@ typedef struct table {
   char *name;
   int refs;
   pthread_mutex_t lock;
-  entry **buckets;
-  size_t nbuckets, count;
+  idem_htable records;
 } table;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -29,44 +27,21 @@ static idem_queue registry = {&registry, &registry};
 
 /* ---- the hash table ---------------------------------------------------- */
 
-static entry **slot_of(table *t, const unsigned char *key, size_t len) {
-  entry **slot = &t->buckets[idem_fnv1a(key, len) & (t->nbuckets - 1)];
-  while (*slot && ((*slot)->key_len != len || memcmp((*slot)->key, key, len)))
-    slot = &(*slot)->next;
-  return slot;
-}
-
-static void grow(table *t) {
-  size_t n = t->nbuckets * 2;
-  entry **buckets = calloc(n, sizeof *buckets);
-  if (!buckets)
-    return; /* stay at the current size: slower, still correct */
-  for (size_t i = 0; i < t->nbuckets; i++) {
-    for (entry *e = t->buckets[i], *next; e; e = next) {
-      next = e->next;
-      entry **head = &buckets[idem_fnv1a(e->key, e->key_len) & (n - 1)];
-      e->next = *head;
-      *head = e;
-    }
-  }
-  free(t->buckets);
-  t->buckets = buckets;
-  t->nbuckets = n;
-}
+static entry *entry_of(idem_hnode *node) { return node ? IDEM_HNODE_DATA(node, entry, node) : NULL; }
 
 static void entry_free(entry *e) {
   idem_record_clear(&e->rec);
   free(e);
 }
 
-static int put(table *t, entry **slot, const unsigned char *key, size_t len,
+static int put(table *t, idem_hnode **slot, const unsigned char *key, size_t len,
                const idem_record *rec) {
   idem_record copy;
   if (idem_record_copy(&copy, rec))
     return IDEM_ENOMEM;
   if (*slot) {
-    idem_record_clear(&(*slot)->rec);
-    (*slot)->rec = copy;
+    idem_record_clear(&entry_of(*slot)->rec);
+    entry_of(*slot)->rec = copy;
     return 0;
   }
   entry *e = calloc(1, sizeof *e);
@@ -75,19 +50,15 @@ static int put(table *t, entry **slot, const unsigned char *key, size_t len,
     return IDEM_ENOMEM;
   }
   memcpy(e->key, key, len);
-  e->key_len = len;
+  e->node.key = e->key;
+  e->node.klen = len;
   e->rec = copy;
-  *slot = e;
-  if (++t->count > t->nbuckets)
-    grow(t);
+  idem_htable_link(&t->records, slot, &e->node);
   return 0;
 }
 
-static void remove_at(table *t, entry **slot) {
-  entry *e = *slot;
-  *slot = e->next;
-  entry_free(e);
-  t->count--;
+static void remove_at(table *t, idem_hnode **slot) {
+  entry_free(entry_of(idem_htable_unlink(&t->records, slot)));
 }
 
 /* ---- operations ------------------------------------------------------- */
@@ -95,10 +66,10 @@ static void remove_at(table *t, entry **slot) {
 static int run_transition(table *t, idem_req *req) {
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  entry **slot = slot_of(t, key, len);
+  idem_hnode **slot = idem_htable_slot(&t->records, key, len);
   idem_record next;
   idem_result *res = &req->result;
-  int write = idem_transition(*slot ? &(*slot)->rec : NULL, &req->op, idem_now_ms(), &next, res);
+  int write = idem_transition(*slot ? &entry_of(*slot)->rec : NULL, &req->op, idem_now_ms(), &next, res);
   if (res->record && idem_result_set_record(res, res->record, req->op.scope, req->op.key))
     return IDEM_ENOMEM;
   if (write == IDEM_WRITE_PUT)
@@ -109,7 +80,7 @@ static int run_transition(table *t, idem_req *req) {
 static int run_delete(table *t, idem_req *req) {
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  entry **slot = slot_of(t, key, len);
+  idem_hnode **slot = idem_htable_slot(&t->records, key, len);
   if (!*slot)
     return IDEM_ENOTFOUND;
   remove_at(t, slot);
@@ -119,27 +90,27 @@ static int run_delete(table *t, idem_req *req) {
 
 static int by_scoped_key(const void *a, const void *b) {
   const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
-  size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+  size_t n = x->node.klen < y->node.klen ? x->node.klen : y->node.klen;
   int c = memcmp(x->key, y->key, n);
-  return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+  return c ? c : (x->node.klen > y->node.klen) - (x->node.klen < y->node.klen);
 }
 
 /* Live records in (scope, key) order, after op.key within op.scope. */
 static int run_list(table *t, idem_req *req) {
-  entry **all = malloc((t->count + 1) * sizeof *all);
+  entry **all = malloc((t->records.count + 1) * sizeof *all);
   if (!all)
     return IDEM_ENOMEM;
   size_t n = 0;
   int64_t now = idem_now_ms();
-  for (size_t i = 0; i < t->nbuckets; i++)
-    for (entry *e = t->buckets[i]; e; e = e->next)
+  for (size_t i = 0; i < t->records.nbuckets; i++)
+    for (entry *e = entry_of(t->records.buckets[i]); e; e = entry_of(e->node.next))
       if (e->rec.state != IDEM_STATE_UNSEEN && now < e->rec.expires_at &&
           (!req->op.scope || !strcmp(req->op.scope, e->rec.scope)))
         all[n++] = e;
   qsort(all, n, sizeof *all, by_scoped_key);
   unsigned char after[IDEM_SCOPED_KEY_MAX];
-  entry pivot = {.key_len = req->op.key ? idem_scoped_key_encode(req->op.scope, req->op.key, after) : 0};
-  memcpy(pivot.key, after, pivot.key_len);
+  entry pivot = {.node.klen = req->op.key ? idem_scoped_key_encode(req->op.scope, req->op.key, after) : 0};
+  memcpy(pivot.key, after, pivot.node.klen);
   entry *pivot_ptr = &pivot;
   int err = 0;
   for (size_t i = 0; i < n && req->result.count < req->op.limit && !err; i++)
@@ -151,10 +122,10 @@ static int run_list(table *t, idem_req *req) {
 
 static int run_gc(table *t, idem_req *req) {
   int64_t now = idem_now_ms();
-  for (size_t i = 0; i < t->nbuckets && req->result.count < req->op.limit; i++) {
-    entry **slot = &t->buckets[i];
+  for (size_t i = 0; i < t->records.nbuckets && req->result.count < req->op.limit; i++) {
+    idem_hnode **slot = &t->records.buckets[i];
     while (*slot && req->result.count < req->op.limit) {
-      if ((*slot)->rec.expires_at <= now) {
+      if (entry_of(*slot)->rec.expires_at <= now) {
         remove_at(t, slot);
         req->result.count++;
       } else {
@@ -195,11 +166,9 @@ static table *table_new(const char *name) {
   table *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
-  t->nbuckets = 64;
-  t->buckets = calloc(t->nbuckets, sizeof *t->buckets);
   t->name = strdup(name);
-  if (!t->buckets || !t->name || pthread_mutex_init(&t->lock, NULL)) {
-    free(t->buckets);
+  if (idem_htable_init(&t->records) || !t->name || pthread_mutex_init(&t->lock, NULL)) {
+    free(t->records.buckets);
     free(t->name);
     free(t);
     return NULL;
@@ -208,13 +177,13 @@ static table *table_new(const char *name) {
 }
 
 static void table_free(table *t) {
-  for (size_t i = 0; i < t->nbuckets; i++)
-    for (entry *e = t->buckets[i], *next; e; e = next) {
+  for (size_t i = 0; i < t->records.nbuckets; i++)
+    for (idem_hnode *e = t->records.buckets[i], *next; e; e = next) {
       next = e->next;
-      entry_free(e);
+      entry_free(entry_of(e));
     }
   pthread_mutex_destroy(&t->lock);
-  free(t->buckets);
+  free(t->records.buckets);
   free(t->name);
   free(t);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "idem/idem.h"
 #include "store/cache.h"
 
@@ -19,11 +20,9 @@
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *s = malloc(size + 1);
+  char *s = fuzz_cstr(data, size);
   if (!s)
     return 0;
-  memcpy(s, data, size);
-  s[size] = '\0';
   char *why = NULL;
   int err = idem_cache_uri_check(s, &why);
   if ((err != 0) != (why != NULL) || (err && err != IDEM_EURI && err != IDEM_ENOMEM))

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "idem/idem.h"
 #include "store/redis.h"
 
@@ -15,11 +16,9 @@
 #include "../../src/store/uri_options.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *s = malloc(size + 1);
+  char *s = fuzz_cstr(data, size);
   if (!s)
     return 0;
-  memcpy(s, data, size);
-  s[size] = '\0';
 
   idem_redis_uri u;
   char *why = NULL;
