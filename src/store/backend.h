@@ -66,8 +66,14 @@ struct idem_cache;
 
 struct idem_store {
   const idem_backend *backend;
-  struct idem_cache *cache; /* NULL, or the cache tier in front (cache.h) */
-  struct idem_store *cache_store; /* a shared (redis://) cache, or NULL */
+  /* The cache tier in front (store_cache.c, which sets these), or NULL: */
+  struct idem_cache *cache;       /* records (memory:) or this process's claims */
+  struct idem_store *cache_store; /* a shared (redis://) cache */
+  /* before the backend: 1 when the cache took req (answered it, or asks a
+   * shared cache first and hands req to the backend itself on a miss) */
+  int (*cache_answer)(idem_store *store, idem_req *req);
+  /* after the answer, before the caller's callback: fill or clear the cache */
+  void (*cache_learn)(idem_store *store, const idem_req *req);
   uv_loop_t *loop;
   void *impl;
   /* completed reqs waiting to be called back on the loop */

@@ -7,7 +7,6 @@
 
 #include "store/backend.h"
 #include "store/cache.h"
-#include "store/store_cache.h"
 
 /* Every scheme idem knows, and its backend: NULL when this build leaves the
  * store out (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF), so that its URIs are
@@ -71,8 +70,8 @@ static void on_done(uv_async_t *async) {
   pthread_mutex_unlock(&store->done_lock);
   while ((req = idem_req_of(idem_queue_pop(&done)))) {
     store->in_flight--;
-    if (store->cache)
-      idem_store_cache_learn(store, req);
+    if (store->cache_learn)
+      store->cache_learn(store, req);
     req->cb(store, &req->result, req->arg);
     idem_result_clear(&req->result);
     free(req);
@@ -144,20 +143,6 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   }
   *out = store;
   return 0;
-}
-
-int idem_store_open_cached(struct uv_loop_s *loop, const char *uri, const char *cache_uri,
-                           idem_store **out, char **errmsg) {
-  if (!cache_uri)
-    return idem_store_open(loop, uri, out, errmsg);
-  int err = idem_cache_uri_check(cache_uri, errmsg);
-  if (err || (err = idem_store_open(loop, uri, out, errmsg)))
-    return err;
-  if ((err = idem_store_cache_attach(*out, cache_uri, errmsg))) {
-    idem_store_close(*out, NULL, NULL); /* closes on the loop's next run */
-    *out = NULL;
-  }
-  return err;
 }
 
 static void on_cache_store_closed(idem_store *cache_store, void *arg) {
@@ -280,7 +265,7 @@ static int submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
   req->arg = arg;
   req->store = store;
   store->in_flight++;
-  if (!store->cache || !idem_store_cache_answer(store, req))
+  if (!store->cache_answer || !store->cache_answer(store, req))
     store->backend->submit(store, req);
   return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * store_cache.c - a store with the cache tier in front (cache.h): what a
  * req asks of the cache before its store sees it, and what its answer
- * teaches the cache after. store.c calls these on the loop thread.
+ * teaches the cache after, through the two hooks it sets on the store
+ * (store.c never names this file). Loop thread only.
  *
  * A claim is answered from the cache only when idem_transition, run on the
  * cached finished record, answers it without writing: a replay or a
@@ -26,7 +27,12 @@
 
 /* ---- opening ---------------------------------------------------------------- */
 
-int idem_store_cache_attach(idem_store *store, const char *cache_uri, char **errmsg) {
+static int answer(idem_store *store, idem_req *req);
+static void learn(idem_store *store, const idem_req *req);
+
+static int attach(idem_store *store, const char *cache_uri, char **errmsg) {
+  store->cache_answer = answer;
+  store->cache_learn = learn;
   if (strncmp(cache_uri, "redis://", 8))
     return idem_cache_open(cache_uri, &store->cache, errmsg);
   store->cache = idem_cache_for_claims(cache_uri, PENDING_BYTES, PENDING_TTL_MS);
@@ -34,6 +40,20 @@ int idem_store_cache_attach(idem_store *store, const char *cache_uri, char **err
     return IDEM_ENOMEM;
   /* a Redis that is down opens all the same, and connects when it can */
   return idem_store_open(store->loop, cache_uri, &store->cache_store, errmsg);
+}
+
+int idem_store_open_cached(struct uv_loop_s *loop, const char *uri, const char *cache_uri,
+                           idem_store **out, char **errmsg) {
+  if (!cache_uri)
+    return idem_store_open(loop, uri, out, errmsg);
+  int err = idem_cache_uri_check(cache_uri, errmsg);
+  if (err || (err = idem_store_open(loop, uri, out, errmsg)))
+    return err;
+  if ((err = attach(*out, cache_uri, errmsg))) {
+    idem_store_close(*out, NULL, NULL); /* closes on the loop's next run */
+    *out = NULL;
+  }
+  return err;
 }
 
 /* ---- answering a claim -------------------------------------------------------- */
@@ -81,7 +101,7 @@ static void shared_forget(idem_store *store, const idem_op *op) {
   idem_store_submit_internal(store->cache_store, &del, ignore, NULL);
 }
 
-int idem_store_cache_answer(idem_store *store, idem_req *req) {
+static int answer(idem_store *store, idem_req *req) {
   req->submitted = idem_now_ms();
   if (req->op.kind == IDEM_OP_DELETE) { /* now: no claim after it may replay */
     idem_cache_forget(store->cache, req->op.scope, req->op.key);
@@ -142,7 +162,7 @@ static void finished(idem_store *store, const idem_op *op, int64_t started) {
   }
 }
 
-void idem_store_cache_learn(idem_store *store, const idem_req *req) {
+static void learn(idem_store *store, const idem_req *req) {
   const idem_op *op = &req->op;
   const idem_result *res = &req->result;
   if (req->from_cache)
