@@ -238,7 +238,8 @@ static const setting serve_settings[] = {
     CUSTOM("store", "URI", "lmdb:./idem-data", parse_store,
            "memory:, lmdb:PATH, redis://..., postgres://..."),
     CUSTOM("cache", "URI", NULL, parse_cache,
-           "memory:SIZE[?ttl=DUR]: replays answered from a\nper-process LRU (default none)"),
+           "memory:SIZE[?ttl=DUR] (this process) or redis://...\n(shared): replays answered "
+           "from it (default none)"),
     CUSTOM("config", "FILE", NULL, parse_config_path,
            "YAML file: these settings (with _ for -), defaults:\nand routes: (flags override it; "
            "SIGHUP reloads it)"),
