@@ -45,6 +45,8 @@ struct idem_req {
   idem_queue node;   /* the backend's queues until finished, then store.c's */
   int64_t submitted; /* idem_now_ms() at submit, when a cache is in front */
   int from_cache;    /* answered by the cache: the backend never saw it */
+  unsigned char asking;    /* redis+cluster: send ASKING before it (an ASK) */
+  unsigned char redirects; /* redis+cluster: MOVED and ASK followed so far */
   char storage[];
 };
 
@@ -111,6 +113,7 @@ int idem_result_add_record(idem_result *res, const idem_record *rec,
 extern const idem_backend idem_backend_memory;
 extern const idem_backend idem_backend_lmdb;
 extern const idem_backend idem_backend_redis;
+extern const idem_backend idem_backend_redis_cluster;
 extern const idem_backend idem_backend_postgres;
 
 #endif

@@ -5,8 +5,9 @@
  * the others.
  *
  * Cluster: every script touches one key, and that key is its own hash tag,
- * so each record lives in one slot; but this client does not follow MOVED
- * or ASK redirections: use a proxy that routes by key, or one primary.
+ * so each record lives in one slot. redis+cluster:// (redis_cluster.c)
+ * routes each req to its slot's primary over connections made here, and
+ * takes back the reqs a node redirects (MOVED, ASK).
  *
  * Every transition is one run of the Lua script in redis_scripts.c (EVALSHA,
  * and EVAL when the server answers NOSCRIPT, which means it did not run), so
@@ -40,6 +41,13 @@ static void op_answered(cmd *c, const redisReply *r) {
     int err = redis_lost_error(c);
     free(c);
     redis_req_done(rs, req, err);
+    return;
+  }
+  if (rs->owner && redis_is_redirect(r)) { /* not run: the router sends it on */
+    free(c);
+    rs->held--;
+    rs->owner->redirected(rs, req, r->str);
+    redis_maybe_teardown(rs);
     return;
   }
   if (redis_is_noscript(r) && !c->eval && req->op.kind != IDEM_OP_DELETE) {
@@ -111,8 +119,7 @@ static void start_any(rstore *rs, idem_req *req) {
   }
 }
 
-static void redis_submit(idem_store *store, idem_req *req) {
-  rstore *rs = store->impl;
+void redis_rs_submit(rstore *rs, idem_req *req) {
   rs->held++;
   /* Deadlines count from uv_now, which a loop that was idle (idem_sync
    * between operations) has not moved on: a stale "now" would time out a
@@ -137,28 +144,35 @@ static void redis_submit(idem_store *store, idem_req *req) {
   }
 }
 
-static void redis_close(idem_store *store) {
-  rstore *rs = store->impl;
+static void redis_submit(idem_store *store, idem_req *req) {
+  redis_rs_submit(store->impl, req);
+}
+
+void redis_rs_close(rstore *rs) {
   rs->closing = 1;
   if (rs->state != R_UP && !(rs->state == R_CONNECTING && !idem_queue_empty(&rs->waiting)))
     uv_timer_stop(&rs->conn_timer);
   redis_maybe_teardown(rs);
 }
 
-static int redis_open(idem_store *store, const char *uri, char **errmsg) {
+static void redis_close(idem_store *store) {
+  redis_rs_close(store->impl);
+}
+
+rstore *redis_rs_open(idem_store *store, idem_redis_uri *uri, const redis_owner *owner,
+                      void *owner_data) {
   rstore *rs = calloc(1, sizeof *rs);
   if (rs == NULL)
-    return IDEM_ENOMEM;
-  int err = idem_redis_uri_parse(uri, &rs->uri, errmsg);
-  if (err) {
-    free(rs);
-    return err;
-  }
+    return NULL;
   /* A write to a socket whose server went away raises SIGPIPE, which would
    * kill the process. Ignore it unless the program chose a handler. */
   struct sigaction sa;
   if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);
+  rs->uri = *uri;
+  memset(uri, 0, sizeof *uri);
+  rs->owner = owner;
+  rs->owner_data = owner_data;
   rs->store = store;
   rs->loop = store->loop;
   idem_queue_init(&rs->waiting);
@@ -172,8 +186,20 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   rs->conn_timer.data = rs->cmd_timer.data = rs->wait_prepare.data = rs;
   rs->timers_open = 3;
   rs->start = start_any;
-  store->impl = rs;
   redis_conn_start(rs);
+  return rs;
+}
+
+static int redis_open(idem_store *store, const char *uri, char **errmsg) {
+  idem_redis_uri parsed;
+  int err = idem_redis_uri_parse(uri, &parsed, errmsg);
+  if (err)
+    return err;
+  store->impl = redis_rs_open(store, &parsed, NULL, NULL);
+  if (store->impl == NULL) {
+    idem_redis_uri_clear(&parsed);
+    return IDEM_ENOMEM;
+  }
   return 0;
 }
 

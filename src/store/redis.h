@@ -29,6 +29,12 @@
  *   wait_timeout=DURATION     how long that WAIT may take (default 1s, less
  *                             than timeout); fewer replicas by then: IDEM_ESTORE
  */
+/* A node of a Cluster: a seed of the URI, or one the cluster names. */
+typedef struct {
+  char *host;
+  int port;
+} idem_redis_node;
+
 typedef struct {
   char *user;     /* NULL when absent */
   char *password; /* NULL when absent */
@@ -40,6 +46,9 @@ typedef struct {
   char *prefix;
   int wait_replicas;
   int64_t wait_timeout_ms;
+  /* redis+cluster:// only: the seed nodes (host and port are the first's) */
+  idem_redis_node *seeds;
+  size_t nseeds;
 } idem_redis_uri;
 
 /* Parse uri into out (every string malloc'd; free with idem_redis_uri_clear).
@@ -47,6 +56,19 @@ typedef struct {
  * NULL; IDEM_ENOMEM. */
 int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why);
 void idem_redis_uri_clear(idem_redis_uri *u);
+
+/*
+ * redis+cluster://[user:password@]host:port[,host:port...][?option=value&...]
+ *
+ * The seed nodes of a Redis Cluster, any of its nodes: the cluster names
+ * the rest. Options as for redis://; no /db (a Cluster has database 0
+ * only). Errors as idem_redis_uri_parse.
+ */
+int idem_redis_cluster_uri_parse(const char *uri, idem_redis_uri *out, char **why);
+/* dst: the options and credentials of src, for the node host:port (no
+ * seeds). IDEM_ENOMEM. */
+int idem_redis_uri_for_node(const idem_redis_uri *src, const char *host, int port,
+                            idem_redis_uri *dst);
 
 /*
  * Redis key of a record: "<prefix>:{<scope length>:<scope>:<key>}". The

@@ -82,6 +82,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
 int redis_send_argv(rstore *rs, cmd *c, int argc, const char **argv, const size_t *lens) {
   if (rs->ac == NULL || rs->state != R_UP)
     return IDEM_ESTORE;
+  /* a Cluster node importing the slot runs the next command only after
+   * ASKING (its reply carries nothing: hiredis drops it) */
+  if (c->req && c->req->asking && redisAsyncCommand(rs->ac, NULL, NULL, "ASKING") != REDIS_OK)
+    return IDEM_ESTORE;
   if (redisAsyncCommandArgv(rs->ac, on_reply, c, argc, argv, lens) != REDIS_OK)
     return IDEM_ESTORE;
   flight_add(rs, c);

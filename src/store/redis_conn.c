@@ -40,7 +40,9 @@ void redis_note(rstore *rs, const char *fmt, const char *detail) {
 
 void redis_req_done(rstore *rs, idem_req *req, int err) {
   rs->held--;
-  if (err)
+  if (rs->owner)
+    rs->owner->done(rs, req, err);
+  else if (err)
     idem_req_fail(req, err);
   else
     idem_req_finish(req);
@@ -258,8 +260,10 @@ static void connect_next(rstore *rs, const char *why) {
     redisAsyncCommand(ac, on_handshake, (char *)"SELECT", "SELECT %d", rs->uri.db);
     rs->handshake_left++;
   }
-  redisAsyncCommand(ac, on_handshake, (char *)"ROLE", "ROLE");
-  rs->handshake_left++;
+  if (!rs->owner || !rs->owner->any_role) {
+    redisAsyncCommand(ac, on_handshake, (char *)"ROLE", "ROLE");
+    rs->handshake_left++;
+  }
   const char *argv[] = {"SCRIPT", "LOAD", idem_redis_script};
   size_t lens[] = {6, 4, idem_redis_script_len};
   redisAsyncCommandArgv(ac, on_handshake, (char *)"SCRIPT LOAD", 3, argv, lens);
@@ -271,9 +275,14 @@ static void on_timer_closed(uv_handle_t *h) {
   if (--rs->timers_open > 0)
     return;
   idem_store *store = rs->store;
+  const redis_owner *owner = rs->owner;
+  void *owner_data = rs->owner_data;
   idem_redis_uri_clear(&rs->uri);
   free(rs);
-  idem_backend_closed(store);
+  if (owner)
+    owner->closed(owner_data);
+  else
+    idem_backend_closed(store);
 }
 
 /* Closing finishes once no req is held: in-flight commands are answered

@@ -36,10 +36,29 @@ typedef struct rstore rstore;
 typedef struct cmd cmd;
 typedef struct list_ctx list_ctx;
 
+/* Whom a connection answers to. The redis:// backend's own connection has
+ * none (rs->owner NULL): its reqs finish to their store, and the store is
+ * closed with it. The redis+cluster:// router (redis_cluster.c) holds one
+ * connection per node and sets these. */
+typedef struct {
+  /* req, one the connection held, is answered (err 0) or failed */
+  void (*done)(rstore *rs, idem_req *req, int err);
+  /* the node answered MOVED or ASK (reply: the error's text): req did not
+   * run, and is the owner's again */
+  void (*redirected)(rstore *rs, idem_req *req, const char *reply);
+  /* the connection is released */
+  void (*closed)(void *owner_data);
+  /* a Cluster node: ROLE is not asked (a replica redirects to its primary,
+   * where a lone server's replica would refuse writes) */
+  int any_role;
+} redis_owner;
+
 struct rstore {
   idem_store *store;
   uv_loop_t *loop;
   idem_redis_uri uri;
+  const redis_owner *owner; /* NULL: the redis:// backend's (see above) */
+  void *owner_data;
   const char *sha;
   /* Runs a req on the connection once it is UP (redis.c): the connection
    * calls it for the reqs that waited for it. */
@@ -84,6 +103,17 @@ struct cmd {
   size_t index;      /* a LIST get: its candidate */
 };
 
+/* ---- redis.c */
+/* A connection to uri (taken: the caller's copy is cleared) for store, on
+ * store's loop, answering to owner (NULL: the store itself). It starts
+ * connecting at once. NULL when out of memory. */
+rstore *redis_rs_open(idem_store *store, idem_redis_uri *uri, const redis_owner *owner,
+                      void *owner_data);
+/* Run req on the connection (loop thread). */
+void redis_rs_submit(rstore *rs, idem_req *req);
+/* Let what is in flight finish, then release it (owner->closed). */
+void redis_rs_close(rstore *rs);
+
 /* ---- redis_cmd.c */
 /* A command for req, answered by answered; NULL when out of memory. */
 cmd *redis_cmd_new(rstore *rs, idem_req *req, cmd_answered_fn *answered);
@@ -107,6 +137,9 @@ int redis_decode_op(rstore *rs, idem_req *req, const redisReply *r);
 int redis_error_reply(rstore *rs, const redisReply *r);
 /* NOSCRIPT: the script was not run, so it may be sent again as EVAL. */
 int redis_is_noscript(const redisReply *r);
+/* MOVED or ASK (a Cluster node that does not serve the key's slot): the
+ * command was not run. */
+int redis_is_redirect(const redisReply *r);
 
 /* ---- redis_cache.c */
 /* Run an IDEM_OP_CACHE_* req (the connection is UP). */

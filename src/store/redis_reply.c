@@ -78,6 +78,12 @@ int redis_is_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+int redis_is_redirect(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR &&
+         ((r->len > 6 && memcmp(r->str, "MOVED ", 6) == 0) ||
+          (r->len > 4 && memcmp(r->str, "ASK ", 4) == 0));
+}
+
 /* A script reply for a transition, get or delete. */
 int redis_decode_op(rstore *rs, idem_req *req, const redisReply *r) {
   idem_result *res = &req->result;

@@ -59,6 +59,9 @@ void idem_redis_uri_clear(idem_redis_uri *u) {
   free(u->password);
   free(u->host);
   free(u->prefix);
+  for (size_t i = 0; i < u->nseeds; i++)
+    free(u->seeds[i].host);
+  free(u->seeds);
   memset(u, 0, sizeof *u);
 }
 
@@ -143,7 +146,7 @@ static int parse_userinfo(idem_redis_uri *out, const char *p, const char *auth_e
 }
 
 /* host[:port] from p up to path; an IPv6 host is in brackets. */
-static int parse_host_port(idem_redis_uri *out, const char *p, const char *path, char **why) {
+static int parse_host_port(idem_redis_node *out, const char *p, const char *path, char **why) {
   const char *host_end;
   if (p < path && *p == '[') {
     const char *rb = memchr(p, ']', (size_t)(path - p));
@@ -172,20 +175,40 @@ static int parse_host_port(idem_redis_uri *out, const char *p, const char *path,
   return 0;
 }
 
-static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
+/* host:port[,host:port...] from p up to path: the seeds of a Cluster. */
+static int parse_seeds(idem_redis_uri *out, const char *p, const char *path, char **why) {
+  size_t n = 1;
+  for (const char *q = p; q < path; q++)
+    n += *q == ',';
+  if ((out->seeds = calloc(n, sizeof *out->seeds)) == NULL) return IDEM_ENOMEM;
+  while (out->nseeds < n) {
+    const char *comma = memchr(p, ',', (size_t)(path - p));
+    const char *end = comma ? comma : path;
+    idem_redis_node *node = &out->seeds[out->nseeds++];
+    node->port = IDEM_REDIS_DEFAULT_PORT;
+    int rc = parse_host_port(node, p, end, why);
+    if (rc) return rc;
+    p = end + 1;
+  }
+  out->port = out->seeds[0].port;
+  return (out->host = strdup(out->seeds[0].host)) ? 0 : IDEM_ENOMEM;
+}
+
+static int parse_uri(const char *uri, int cluster, idem_redis_uri *out, char **why) {
   const char *p, *end, *auth_end, *path, *query;
+  const char *scheme = cluster ? "redis+cluster://" : "redis://";
   int rc;
   if (uri == NULL) return fail(why, "no URI");
   if (strncmp(uri, "rediss://", 9) == 0)
     return fail(why, "rediss:// (TLS) is not supported; use redis:// behind a TLS tunnel");
-  if (strncmp(uri, "redis://", 8) != 0)
-    return fail(why, "a Redis URI starts with redis://");
+  if (strncmp(uri, scheme, strlen(scheme)) != 0)
+    return fail(why, "a Redis%s URI starts with %s", cluster ? " Cluster" : "", scheme);
   out->port = IDEM_REDIS_DEFAULT_PORT;
   out->timeout_ms = IDEM_REDIS_COMMAND_TIMEOUT_MS;
   out->connect_timeout_ms = IDEM_REDIS_CONNECT_TIMEOUT_MS;
   out->wait_timeout_ms = IDEM_REDIS_WAIT_TIMEOUT_MS;
 
-  p = uri + 8;
+  p = uri + strlen(scheme);
   end = p + strlen(p);
   query = memchr(p, '?', (size_t)(end - p));
   if (query == NULL) query = end;
@@ -201,9 +224,19 @@ static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
     if ((rc = parse_userinfo(out, p, auth_end, why)) != 0) return rc;
     p = auth_end + 1;
   }
-  if ((rc = parse_host_port(out, p, path, why)) != 0) return rc;
+  if (cluster) {
+    if ((rc = parse_seeds(out, p, path, why)) != 0) return rc;
+  } else {
+    idem_redis_node node = {.port = IDEM_REDIS_DEFAULT_PORT};
+    rc = parse_host_port(&node, p, path, why);
+    out->host = node.host;
+    out->port = node.port;
+    if (rc) return rc;
+  }
 
   /* /db */
+  if (cluster && path < query && !(path + 1 == query || (path + 2 == query && path[1] == '0')))
+    return fail(why, "a Redis Cluster has database 0 only: no /db in a redis+cluster:// URI");
   if (path < query && path + 1 < query) {
     long db;
     if (parse_int(path + 1, (size_t)(query - path - 1), 1000000, &db) != 0)
@@ -219,12 +252,39 @@ static int parse_uri(const char *uri, idem_redis_uri *out, char **why) {
   return 0;
 }
 
-int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
+static int parse(const char *uri, int cluster, idem_redis_uri *out, char **why) {
   memset(out, 0, sizeof *out);
   if (why != NULL) *why = NULL;
-  int rc = parse_uri(uri, out, why);
+  int rc = parse_uri(uri, cluster, out, why);
   if (rc != 0) idem_redis_uri_clear(out);
   return rc;
+}
+
+int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
+  return parse(uri, 0, out, why);
+}
+
+int idem_redis_cluster_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
+  return parse(uri, 1, out, why);
+}
+
+static int dup_or_null(const char *s, char **out) {
+  *out = s ? strdup(s) : NULL;
+  return s && !*out ? -1 : 0;
+}
+
+int idem_redis_uri_for_node(const idem_redis_uri *src, const char *host, int port,
+                            idem_redis_uri *dst) {
+  *dst = *src;
+  dst->seeds = NULL;
+  dst->nseeds = 0;
+  dst->port = port;
+  if (dup_or_null(src->user, &dst->user) | dup_or_null(src->password, &dst->password) |
+      dup_or_null(host, &dst->host) | dup_or_null(src->prefix, &dst->prefix)) {
+    idem_redis_uri_clear(dst);
+    return IDEM_ENOMEM;
+  }
+  return 0;
 }
 
 char *idem_redis_key(const char *prefix, const char *scope, const char *key,

@@ -19,6 +19,7 @@ static const struct {
     {"memory", "memory", NULL, &idem_backend_memory},
     {"lmdb", "LMDB", NULL, &idem_backend_lmdb},
     {"redis", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis)},
+    {"redis+cluster", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis_cluster)},
     {"postgres", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
     {"postgresql", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
 };
@@ -113,7 +114,7 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   const idem_backend *backend = i < 0 ? NULL : schemes[i].backend;
   if (!backend) {
     if (errmsg && i < 0)
-      *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, postgres://)", uri);
+      *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, redis+cluster://, postgres://)", uri);
     else if (errmsg) {
       char text[128];
       snprintf(text, sizeof text, "this build of idem has no %s support (built with -D%s=OFF)",
