@@ -78,6 +78,15 @@ int idem_redis_uri_for_node(const idem_redis_uri *src, const char *host, int por
  */
 char *idem_redis_key(const char *prefix, const char *scope, const char *key,
                      size_t *len);
+/* The Cluster slot of a Redis key: CRC16 of its hash tag (the bytes
+ * between the first '{' and the next '}', when any), mod 16384. */
+#define IDEM_REDIS_SLOTS 16384
+unsigned idem_redis_slot(const char *name, size_t len);
+/* A Cluster's redirection, "MOVED 3999 127.0.0.1:6381" or "ASK ...": the
+ * slot, and the node to go to (host "" when the reply names none: the
+ * answering node's own). 0, or -1 when the text is not one. */
+int idem_redis_redirect_parse(const char *reply, unsigned *slot, char *host,
+                              size_t host_size, int *port);
 /* Split a Redis key made by idem_redis_key. Points *scope and *key into buf, which
  * it modifies (NULs). Returns 0, or -1 when name is not one of ours. */
 int idem_redis_key_split(const char *prefix, char *buf, size_t len,

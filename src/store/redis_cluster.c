@@ -17,7 +17,8 @@
  *   - a primary that is down fails its slots' reqs at once (IDEM_ESTORE,
  *     the caller's fail-closed or fail-open policy), and the map is asked
  *     again every few 100ms until it names the promoted replica.
- * Reqs submitted before the first map wait for it, at most connect_timeout.
+ * Reqs submitted before the first map wait for it, at most connect_timeout;
+ * so do reqs redirected more than twice, for the next map.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,11 @@
 
 #include "store/redis_cluster.h"
 
-#define MAX_REDIRECTS 5 /* a req sent on more often than this: the map is in flux */
+/* Redirections a req follows at once; past them it waits for the next map
+ * (a migration's last step reaches the nodes one by one, and meanwhile two
+ * can send a key back and forth); past the most, it fails. */
+#define REDIRECTS_AT_ONCE 2
+#define MAX_REDIRECTS 16
 
 /* ---- routing ---------------------------------------------------------------- */
 
@@ -95,28 +100,6 @@ static void node_done(rstore *rs, idem_req *req, int err) {
     idem_req_finish(req);
 }
 
-/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the slot and where to go. An
- * empty host means the node's own (a node that does not know its address). */
-static int parse_redirect(const char *reply, const rstore *from, unsigned *slot,
-                          char *host, size_t host_size, int *port) {
-  const char *p = strchr(reply, ' ');
-  char *end;
-  unsigned long s = p ? strtoul(p + 1, &end, 10) : IDEM_REDIS_SLOTS;
-  if (s >= IDEM_REDIS_SLOTS || *end != ' ')
-    return -1;
-  const char *addr = end + 1, *colon = strrchr(addr, ':');
-  long pt = colon ? strtol(colon + 1, &end, 10) : 0;
-  if (!colon || pt <= 0 || pt > 65535 || *end != '\0' || (size_t)(colon - addr) >= host_size)
-    return -1;
-  if (colon == addr)
-    snprintf(host, host_size, "%s", from->uri.host);
-  else
-    snprintf(host, host_size, "%.*s", (int)(colon - addr), addr);
-  *slot = (unsigned)s;
-  *port = (int)pt;
-  return 0;
-}
-
 static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
   cnode *from = rs->owner_data;
   rcluster *cl = from->cl;
@@ -127,13 +110,19 @@ static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
     idem_req_fail(req, IDEM_ECLOSED); /* it did not run */
     return;
   }
-  if (++req->redirects > MAX_REDIRECTS || parse_redirect(reply, rs, &slot, host, sizeof host, &port)) {
+  if (++req->redirects > REDIRECTS_AT_ONCE && req->redirects <= MAX_REDIRECTS) {
+    idem_queue_insert_tail(&cl->waiting, &req->node);
+    cluster_refresh_soon(cl);
+    return;
+  }
+  if (req->redirects > MAX_REDIRECTS ||
+      idem_redis_redirect_parse(reply, &slot, host, sizeof host, &port)) {
     redis_note(rs, "redirection not followed: %s", reply);
     cluster_refresh_soon(cl);
     idem_req_fail(req, IDEM_ESTORE);
     return;
   }
-  cnode *to = cluster_node(cl, host, port);
+  cnode *to = cluster_node(cl, host[0] ? host : rs->uri.host, port);
   if (to == NULL) {
     idem_req_fail(req, IDEM_ENOMEM);
     return;

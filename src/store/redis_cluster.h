@@ -3,8 +3,8 @@
  * files, each using only the ones listed after it:
  *   redis_cluster.c       the backend: open, submit, close; a req routed
  *                         to its slot's primary, MOVED and ASK followed
- *   redis_cluster_map.c   the slot map: a key's slot, CLUSTER SLOTS asked
- *                         and applied, the nodes it names
+ *   redis_cluster_map.c   the slot map: CLUSTER SLOTS asked and applied,
+ *                         the nodes it names (a key's slot: redis_uri.c)
  *   redis_cluster_list.c  LIST: every primary's, merged
  *
  * The router owns no socket: each node is a connection of the Redis
@@ -15,8 +15,6 @@
 #define IDEM_STORE_REDIS_CLUSTER_H
 
 #include "store/redis_env.h"
-
-#define IDEM_REDIS_SLOTS 16384
 
 typedef struct rcluster rcluster;
 
@@ -38,7 +36,7 @@ struct rcluster {
   cnode *slots[IDEM_REDIS_SLOTS]; /* each slot's primary; NULL: unknown */
   int have_map;
   idem_queue nodes;       /* every cnode, closing ones included */
-  idem_queue waiting;     /* reqs submitted before the first map */
+  idem_queue waiting;     /* reqs waiting for a map: the first, or the next */
   uv_timer_t refresh_timer;
   int refresh_in_flight;  /* a CLUSTER SLOTS is out */
   int refresh_again;      /* and another was asked for meanwhile */
@@ -49,15 +47,13 @@ struct rcluster {
 };
 
 /* ---- redis_cluster_map.c */
-/* The Cluster slot of a Redis key: CRC16 of its hash tag, mod 16384. */
-unsigned idem_redis_slot(const char *name, size_t len);
 /* The node at host:port, opened (connecting) when the router has none. */
 cnode *cluster_node(rcluster *cl, const char *host, int port);
 /* Ask for the slot map soon (at most one CLUSTER SLOTS every few 100ms). */
 void cluster_refresh_soon(rcluster *cl);
 /* The refresh timer (opened by redis_cluster.c): sends CLUSTER SLOTS. */
 void cluster_on_refresh(uv_timer_t *t);
-/* The map has come for the first time: redis_cluster.c routes what waited. */
+/* A map has come: redis_cluster.c routes what waited for it. */
 void cluster_map_ready(rcluster *cl);
 /* The waiting reqs' time is up (no map within connect_timeout). */
 void cluster_waiting_expired(rcluster *cl);

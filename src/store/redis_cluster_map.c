@@ -1,6 +1,6 @@
 /*
- * redis_cluster_map.c - which primary serves which slot: a key's slot, the
- * nodes the router speaks to, and CLUSTER SLOTS asked and applied.
+ * redis_cluster_map.c - which primary serves which slot: the nodes the
+ * router speaks to, and CLUSTER SLOTS asked and applied.
  *
  * The map is asked for at open, after a MOVED (which says the map has
  * changed, so more than one slot may have), after a node's error or
@@ -19,33 +19,6 @@
 #define REFRESH_GAP_MS 100     /* at most one CLUSTER SLOTS per this */
 #define DEGRADED_EVERY_MS 250  /* while a primary of the map is not up */
 #define FIRST_MAP_POLL_MS 10   /* before the first map: until a seed is up */
-
-/* ---- slots ------------------------------------------------------------------ */
-
-/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the Cluster's. */
-static unsigned crc16(const unsigned char *p, size_t len) {
-  unsigned crc = 0;
-  for (size_t i = 0; i < len; i++) {
-    crc ^= (unsigned)p[i] << 8;
-    for (int bit = 0; bit < 8; bit++)
-      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc;
-}
-
-unsigned idem_redis_slot(const char *name, size_t len) {
-  /* the hash tag: from the first '{' to the next '}', when not empty */
-  const char *open = memchr(name, '{', len);
-  if (open) {
-    size_t rest = len - (size_t)(open + 1 - name);
-    const char *close = memchr(open + 1, '}', rest);
-    if (close && close > open + 1) {
-      name = open + 1;
-      len = (size_t)(close - name);
-    }
-  }
-  return crc16((const unsigned char *)name, len) % IDEM_REDIS_SLOTS;
-}
 
 /* ---- nodes ------------------------------------------------------------------- */
 
@@ -191,10 +164,9 @@ static void slots_answered(cmd *c, const redisReply *r) {
   free(c);
   if (cl->closing)
     return;
-  if (applied && !cl->have_map) {
-    cl->have_map = 1;
-    cluster_map_ready(cl);
-  }
+  cl->have_map |= applied;
+  if (cl->have_map)
+    cluster_map_ready(cl); /* what waited for a map, first or next */
   if (cl->refresh_again) {
     cl->refresh_again = 0;
     schedule(cl, REFRESH_GAP_MS);

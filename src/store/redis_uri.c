@@ -331,6 +331,53 @@ int idem_redis_key_split(const char *prefix, char *buf, size_t len,
   return idem_key_valid(*key, strlen(*key)) ? 0 : -1;
 }
 
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the Cluster's. */
+static unsigned crc16(const unsigned char *p, size_t len) {
+  unsigned crc = 0;
+  for (size_t i = 0; i < len; i++) {
+    crc ^= (unsigned)p[i] << 8;
+    for (int bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+unsigned idem_redis_slot(const char *name, size_t len) {
+  /* the hash tag: from the first '{' to the next '}', when not empty */
+  const char *open = memchr(name, '{', len);
+  if (open) {
+    size_t rest = len - (size_t)(open + 1 - name);
+    const char *close = memchr(open + 1, '}', rest);
+    if (close && close > open + 1) {
+      name = open + 1;
+      len = (size_t)(close - name);
+    }
+  }
+  return crc16((const unsigned char *)name, len) % IDEM_REDIS_SLOTS;
+}
+
+int idem_redis_redirect_parse(const char *reply, unsigned *slot, char *host,
+                              size_t host_size, int *port) {
+  const char *p = strchr(reply, ' ');
+  if (!p || (strncmp(reply, "MOVED ", 6) && strncmp(reply, "ASK ", 4)) || p[1] < '0' || p[1] > '9')
+    return -1;
+  char *end;
+  unsigned long s = strtoul(p + 1, &end, 10);
+  if (s >= IDEM_REDIS_SLOTS || *end != ' ')
+    return -1;
+  const char *addr = end + 1, *colon = strrchr(addr, ':');
+  if (!colon || colon[1] < '0' || colon[1] > '9' || (size_t)(colon - addr) >= host_size)
+    return -1;
+  long pt = strtol(colon + 1, &end, 10);
+  if (pt <= 0 || pt > 65535 || *end != '\0')
+    return -1;
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  *slot = (unsigned)s;
+  *port = (int)pt;
+  return 0;
+}
+
 static char *glob_escape(char *d, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (strchr("*?[]\\", s[i]) != NULL) *d++ = '\\';

@@ -4,6 +4,7 @@ suite through tests/support/with-redis-cluster.sh). Stdlib only.
 
     c = RedisCluster(primaries=3, replicas=1).start()  # 6 nodes, all slots served
     c.uri                       # redis+cluster://127.0.0.1:P1,127.0.0.1:P2
+    node.asking("EXISTS", k)    # a command after ASKING (a slot being imported)
     c.primary_of(slot)          # the node (a RedisServer) serving slot now
     c.kill(node)                # SIGKILL; c.wait_promoted(slot, old) waits for its replica
     c.migrate_begin(slot, src, dst) / c.migrate_keys(slot, src, dst) / c.migrate_end(slot, dst)
@@ -24,6 +25,7 @@ exits with CMD's status.
 """
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import free_port, wait_for  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisServer, _Reader, _encode  # noqa: E402
 
 SLOTS = 16384
 
@@ -89,6 +91,18 @@ class ClusterNode(RedisServer):
                 k, v = line.split(":", 1)
                 out[k] = v
         return out
+
+    def asking(self, *args, timeout=2.0):
+        """One command after ASKING, on one connection: what a node importing
+        a slot holds of it."""
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        try:
+            sock.sendall(_encode(["ASKING"]) + _encode(args))
+            reader = _Reader(sock)
+            reader.reply()
+            return reader.reply()
+        finally:
+            sock.close()
 
     def cluster_info(self):
         text = self.command("CLUSTER", "INFO")
@@ -208,10 +222,15 @@ class RedisCluster:
                 return
             src.command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys)
 
-    def migrate_end(self, slot, dst):
-        for n in self.nodes:
-            if n.alive() and self._str(n.info("replication").get("role")) == "master":
-                n.command("CLUSTER", "SETSLOT", slot, "NODE", dst.id)
+    def migrate_end(self, slot, dst, target_first=True):
+        """Every primary learns that dst serves slot: the target first (it
+        stops importing), as redis-cli does; target_first=False tells it last,
+        so that for a moment the source sends the slot's keys to the target
+        with MOVED and the target, still importing, sends them back."""
+        masters = [n for n in self.nodes if n.alive() and n is not dst
+                   and self._str(n.info("replication").get("role")) == "master"]
+        for n in ([dst] + masters if target_first else masters + [dst]):
+            n.command("CLUSTER", "SETSLOT", slot, "NODE", dst.id)
 
     def cleanup(self):
         for n in self.nodes:

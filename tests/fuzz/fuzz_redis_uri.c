@@ -1,6 +1,7 @@
-/* fuzz_redis_uri.c - redis:// URIs and Redis record names: any bytes parse
- * to a URI or to IDEM_EURI with a reason, never a crash or a leak; a record
- * name always splits back into the (scope, key) it was made from.
+/* fuzz_redis_uri.c - redis:// and redis+cluster:// URIs, Redis record
+ * names and a Cluster's MOVED/ASK replies: any bytes parse to a URI or to
+ * IDEM_EURI with a reason, never a crash or a leak; a record name always
+ * splits back into the (scope, key) it was made from; any slot is < 16384.
  *
  * The fuzz build links only src/core, so the parser's files are compiled in
  * here (and instrumented with the target). */
@@ -31,6 +32,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort(); /* every refusal says why */
   }
   free(why);
+  why = NULL;
+  err = idem_redis_cluster_uri_parse(s, &u, &why);
+  if (err == 0) {
+    if (u.nseeds == 0 || !u.seeds[0].host || strcmp(u.host, u.seeds[0].host) || u.db != 0 || why)
+      abort();
+    for (size_t i = 0; i < u.nseeds; i++)
+      if (u.seeds[i].port < 1 || u.seeds[i].port > 65535)
+        abort();
+    idem_redis_uri_clear(&u);
+  } else if (err == IDEM_EURI && !why) {
+    abort();
+  }
+  free(why);
+
+  unsigned slot;
+  char host[256];
+  int port;
+  if (idem_redis_redirect_parse(s, &slot, host, sizeof host, &port) == 0 &&
+      (slot >= IDEM_REDIS_SLOTS || port < 1 || port > 65535 || strlen(host) >= sizeof host))
+    abort();
+  if (idem_redis_slot(s, strlen(s)) >= IDEM_REDIS_SLOTS)
+    abort();
 
   /* a name of ours splits back; anything else is refused without harm */
   size_t n = strlen(s);

@@ -1,6 +1,7 @@
-/* test_redis_uri.c - redis:// URIs, and the names records get in Redis:
- * every part of the URI, every malformed one refused with a sentence, and
- * record names that split back into the same (scope, key). */
+/* test_redis_uri.c - redis:// and redis+cluster:// URIs, and the names
+ * records get in Redis: every part of the URI, every malformed one refused
+ * with a sentence, record names that split back into the same (scope, key),
+ * and the Cluster slot of a name. */
 #include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +149,110 @@ static void malformed_uris_are_refused(void **state) {
   assert_int_equal(idem_redis_uri_parse(NULL, &u, NULL), IDEM_EURI);
 }
 
+static void cluster_seeds_and_options(void **state) {
+  (void)state;
+  idem_redis_uri u;
+  char *why = NULL;
+  assert_int_equal(idem_redis_cluster_uri_parse(
+                       "redis+cluster://app:pw@10.0.0.1:7000,[::1]:7001,node-c?wait_replicas=1&prefix=p",
+                       &u, &why), 0);
+  assert_null(why);
+  assert_int_equal(u.nseeds, 3);
+  assert_string_equal(u.seeds[0].host, "10.0.0.1");
+  assert_int_equal(u.seeds[0].port, 7000);
+  assert_string_equal(u.seeds[1].host, "::1");
+  assert_int_equal(u.seeds[1].port, 7001);
+  assert_string_equal(u.seeds[2].host, "node-c");
+  assert_int_equal(u.seeds[2].port, IDEM_REDIS_DEFAULT_PORT);
+  assert_string_equal(u.host, "10.0.0.1"); /* the first seed's */
+  assert_string_equal(u.user, "app");
+  assert_string_equal(u.password, "pw");
+  assert_int_equal(u.wait_replicas, 1);
+
+  /* a node's URI: the same credentials and options, no seeds */
+  idem_redis_uri node;
+  assert_int_equal(idem_redis_uri_for_node(&u, "10.0.0.9", 7009, &node), 0);
+  assert_string_equal(node.host, "10.0.0.9");
+  assert_int_equal(node.port, 7009);
+  assert_string_equal(node.password, "pw");
+  assert_string_equal(node.prefix, "p");
+  assert_int_equal(node.wait_replicas, 1);
+  assert_int_equal(node.nseeds, 0);
+  idem_redis_uri_clear(&node);
+  idem_redis_uri_clear(&u);
+
+  assert_int_equal(idem_redis_cluster_uri_parse("redis+cluster://h:1/0", &u, NULL), 0);
+  assert_int_equal(u.nseeds, 1);
+  idem_redis_uri_clear(&u);
+
+  const char *bad[] = {
+      "redis://h:1",                /* the other scheme */
+      "redis+cluster://",           /* no seed */
+      "redis+cluster://h:1,",       /* an empty seed */
+      "redis+cluster://h:1,,h:2",
+      "redis+cluster://h:1,h:0",    /* a bad port in any seed */
+      "redis+cluster://h:1/3",      /* a Cluster has database 0 only */
+      "redis+cluster://h:1?colour=red",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    why = NULL;
+    if (idem_redis_cluster_uri_parse(bad[i], &u, &why) != IDEM_EURI)
+      print_error("accepted: %s\n", bad[i]);
+    assert_non_null(why);
+    free(why);
+  }
+  /* and redis:// does not take several hosts */
+  parse_bad("redis://h:1,h:2");
+}
+
+static unsigned slot_of(const char *name) { return idem_redis_slot(name, strlen(name)); }
+
+static void cluster_slots_follow_the_hash_tag(void **state) {
+  (void)state;
+  /* the values Redis gives (CLUSTER KEYSLOT) */
+  assert_int_equal(slot_of("foo"), 12182);
+  assert_int_equal(slot_of("123456789"), 12739); /* CRC16-XMODEM's check value 0x31C3 */
+  assert_int_equal(slot_of("{user1000}.following"), slot_of("user1000"));
+  assert_int_equal(slot_of("foo{}{bar}"), slot_of("foo{}{bar}")); /* empty tag: the whole name */
+  assert_int_not_equal(slot_of("foo{}{bar}"), slot_of("bar"));
+  assert_int_equal(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+  assert_int_equal(slot_of("foo{bar}{zap}"), slot_of("bar"));
+  /* a record's name: the whole of (scope, key) is the tag */
+  size_t len;
+  char *name = idem_redis_key("idem", "s", "order-7", &len);
+  assert_int_equal(idem_redis_slot(name, len), slot_of("1:s:order-7"));
+  free(name);
+  for (int i = 0; i < 1000; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "k%d", i);
+    assert_true(slot_of(k) < IDEM_REDIS_SLOTS);
+  }
+}
+
+static void cluster_redirections_parse(void **state) {
+  (void)state;
+  unsigned slot;
+  char host[64];
+  int port;
+  assert_int_equal(idem_redis_redirect_parse("MOVED 3999 127.0.0.1:6381", &slot, host, sizeof host, &port), 0);
+  assert_int_equal(slot, 3999);
+  assert_string_equal(host, "127.0.0.1");
+  assert_int_equal(port, 6381);
+  assert_int_equal(idem_redis_redirect_parse("ASK 0 ::1:7000", &slot, host, sizeof host, &port), 0);
+  assert_string_equal(host, "::1"); /* an IPv6 address: the port after the last ':' */
+  assert_int_equal(idem_redis_redirect_parse("MOVED 16383 :7001", &slot, host, sizeof host, &port), 0);
+  assert_string_equal(host, ""); /* the answering node's own */
+  assert_int_equal(slot, 16383);
+  const char *bad[] = {"MOVED", "MOVED 16384 h:1", "MOVED -1 h:1", "MOVED 1 h", "MOVED 1 h:0",
+                       "MOVED 1 h:65536", "MOVED 1 h:1x", "ASK 1", "MOVEDX 1 h:1",
+                       "ERR 1 h:1", "MOVED x h:1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (idem_redis_redirect_parse(bad[i], &slot, host, sizeof host, &port) == 0)
+      fail_msg("accepted: %s", bad[i]);
+  char small[4]; /* a host longer than the buffer is refused, not cut */
+  assert_int_equal(idem_redis_redirect_parse("MOVED 1 abcdef:1", &slot, small, sizeof small, &port), -1);
+}
+
 static void split_back(const char *scope, const char *key) {
   size_t len;
   char *name = idem_redis_key("idem", scope, key, &len);
@@ -232,6 +337,9 @@ UNIT_TESTS(cmocka_unit_test(host_and_port),
            cmocka_unit_test(user_and_password),
            cmocka_unit_test(options),
            cmocka_unit_test(malformed_uris_are_refused),
+           cmocka_unit_test(cluster_seeds_and_options),
+           cmocka_unit_test(cluster_slots_follow_the_hash_tag),
+           cmocka_unit_test(cluster_redirections_parse),
            cmocka_unit_test(record_names_round_trip),
            cmocka_unit_test(foreign_names_are_not_split),
            cmocka_unit_test(match_patterns_escape_globs),
