@@ -252,6 +252,7 @@ typedef void (*idem_close_cb)(idem_store *store, void *arg);
  *   memory:[NAME]                      process-wide table; handles with the same NAME share it
  *   lmdb:PATH[?map_size=SIZE]          embedded, durable, group commit
  *   redis://[user:pass@]host:port[/db] shared by processes
+ *   redis+cluster://[user:pass@]host:port[,host:port...]  a Redis Cluster
  *   postgres://... / postgresql://...  libpq URI
  * Several handles (one per loop) may be open on the same store at once.
  * Redis and PostgreSQL are optional at build time: a libidem built without

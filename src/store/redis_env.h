@@ -11,7 +11,8 @@
  *   redis_conn.c   the connection's state machine, reconnection, and the
  *                  handle's lifetime
  *   redis_uv.c     hiredis on a libuv loop
- * (redis_uri.c and redis_scripts.c, which need no hiredis, share redis.h.)
+ * (redis_uri.c and redis_scripts.c, which need no hiredis, share redis.h;
+ * the Cluster router's files, redis_cluster.h.)
  */
 #ifndef IDEM_STORE_REDIS_ENV_H
 #define IDEM_STORE_REDIS_ENV_H

@@ -252,7 +252,7 @@ static int parse_uri(const char *uri, int cluster, idem_redis_uri *out, char **w
   return 0;
 }
 
-static int parse(const char *uri, int cluster, idem_redis_uri *out, char **why) {
+static int parse_any(const char *uri, int cluster, idem_redis_uri *out, char **why) {
   memset(out, 0, sizeof *out);
   if (why != NULL) *why = NULL;
   int rc = parse_uri(uri, cluster, out, why);
@@ -261,11 +261,11 @@ static int parse(const char *uri, int cluster, idem_redis_uri *out, char **why) 
 }
 
 int idem_redis_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
-  return parse(uri, 0, out, why);
+  return parse_any(uri, 0, out, why);
 }
 
 int idem_redis_cluster_uri_parse(const char *uri, idem_redis_uri *out, char **why) {
-  return parse(uri, 1, out, why);
+  return parse_any(uri, 1, out, why);
 }
 
 static int dup_or_null(const char *s, char **out) {
