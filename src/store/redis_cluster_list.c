@@ -25,6 +25,8 @@ typedef struct {
 static int is_part(const idem_req *req) { return req->store == NULL; }
 
 static int take_records(list_fan *f, idem_result *res) {
+  if (res->count == 0)
+    return 0;
   if (f->n + res->count > f->cap) {
     size_t cap = f->n + res->count + 16;
     idem_record *grown = realloc(f->got, cap * sizeof *grown);
