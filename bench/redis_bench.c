@@ -1,5 +1,6 @@
 /*
- * redis_bench.c - claim+complete throughput of the Redis store.
+ * redis_bench.c - claim+complete throughput of the Redis store (redis://
+ * or redis+cluster://).
  *
  *   redis_bench URI [THREADS] [IN_FLIGHT] [SECONDS]
  *       THREADS loops, each with its own store handle (one connection),
@@ -58,7 +59,7 @@ int main(int argc, char **argv) {
     fwrite(idem_redis_script, 1, idem_redis_script_len, stdout);
     return 0;
   }
-  if (argc < 2 || strncmp(argv[1], "redis://", 8)) {
+  if (argc < 2 || (strncmp(argv[1], "redis://", 8) && strncmp(argv[1], "redis+cluster://", 16))) {
     fprintf(stderr, "usage: redis_bench URI [THREADS] [IN_FLIGHT] [SECONDS] | redis_bench script\n");
     return 2;
   }
