@@ -75,7 +75,7 @@ static int parse_key(void *cfg, const setting *s, const char *v, char *err, size
 
 static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
   if (!*v)
-    return refuse(err, len, s, v, "a store URI", "memory:, lmdb:PATH, redis://HOST:PORT or postgres://...");
+    return refuse(err, len, s, v, "a store URI", "memory:, lmdb:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,... or postgres://...");
   ((cs_config *)cfg)->store_uri = v;
   return 0;
 }
@@ -113,7 +113,7 @@ static const setting consume_settings[] = {
     {"to", "URL", SETTING_CUSTOM, 0, NULL, 0, 0, parse_to,
      "the handler: http://HOST:PORT/PATH (required)"},
     {"store", "URI", SETTING_CUSTOM, 0, "lmdb:./idem-data", 0, 0, parse_store,
-     "memory:, lmdb:PATH, redis://..., postgres://..."},
+     "memory:, lmdb:PATH, redis://..., redis+cluster://..., postgres://..."},
     {"key", "SOURCE", SETTING_CUSTOM, 0, "message-id", 0, 0, parse_key,
      "message-id, header:NAME, json:/POINTER or body-sha256"},
     {"scope", "NAME", SETTING_CUSTOM, 0, NULL, 0, 0, parse_scope,

@@ -155,7 +155,7 @@ static int parse_upstream_flag(void *cfg, const setting *s, const char *v, char 
 static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
   if (!*v)
     return refuse_value(err, len, s, v, "a store URI",
-                  "memory:, lmdb:PATH, redis://HOST:PORT or postgres://...");
+                  "memory:, lmdb:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,... or postgres://...");
   ((gw_config *)cfg)->store_uri = v;
   return 0;
 }
@@ -236,7 +236,7 @@ static const setting serve_settings[] = {
     CUSTOM("upstream", "URL", NULL, parse_upstream_flag,
            "the API behind the gateway: http://HOST:PORT (required)"),
     CUSTOM("store", "URI", "lmdb:./idem-data", parse_store,
-           "memory:, lmdb:PATH, redis://..., postgres://..."),
+           "memory:, lmdb:PATH, redis://..., redis+cluster://..., postgres://..."),
     CUSTOM("cache", "URI", NULL, parse_cache,
            "memory:SIZE[?ttl=DUR] (this process) or redis://...\n(shared): replays answered "
            "from it (default none)"),
