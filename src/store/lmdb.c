@@ -47,12 +47,6 @@ static const lmdb_options default_options = {
 typedef struct {
   lmdb_env *env;
   MDB_txn *rtxn; /* this handle's read snapshot, reset between uses */
-  /* Writes run on this loop, at the end of its turn (see own_batch) */
-  uv_prepare_t own_turn;
-  idem_queue own;      /* writes waiting for it */
-  idem_req **own_reqs; /* batch_max of them */
-  int own_on;          /* own_turn initialised */
-  idem_store *store_of_close; /* while own_turn closes */
 } lmdb_handle;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -373,37 +367,11 @@ static int lmdb_open(idem_store *store, const char *uri, char **errmsg) {
     free(h);
     return err;
   }
-  idem_queue_init(&h->own);
-  h->own_reqs = calloc(h->env->opt.batch_max, sizeof *h->own_reqs);
-  if (h->own_reqs && uv_prepare_init(store->loop, &h->own_turn) == 0) {
-    h->own_turn.data = h;
-    h->own_on = 1;
-  } /* else every write goes to the writer thread */
   store->impl = h;
   return 0;
 }
 
-static void close_handle(idem_store *store);
-
-static void on_own_turn_closed(uv_handle_t *p) {
-  close_handle(((lmdb_handle *)p->data)->store_of_close);
-}
-
 static void lmdb_close(idem_store *store) {
-  lmdb_handle *h = store->impl;
-  /* writes still waiting for this loop's turn go to the writer, which
-   * finishes them before it stops */
-  while (!idem_queue_empty(&h->own))
-    lmdb_writer_enqueue(h->env, idem_req_of(idem_queue_pop(&h->own)));
-  if (!h->own_on) {
-    close_handle(store);
-    return;
-  }
-  h->store_of_close = store;
-  uv_close((uv_handle_t *)&h->own_turn, on_own_turn_closed);
-}
-
-static void close_handle(idem_store *store) {
   lmdb_handle *h = store->impl;
   lmdb_env *e = h->env;
   if (h->rtxn)
@@ -417,7 +385,6 @@ static void close_handle(idem_store *store) {
     env_free(e);
   }
   pthread_mutex_unlock(&registry_lock);
-  free(h->own_reqs);
   free(h);
   store->impl = NULL;
   idem_backend_closed(store);
@@ -547,48 +514,6 @@ int lmdb_read_list(lmdb_env *e, MDB_txn *txn, idem_req *req) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-/* ---- writes run on the loop ------------------------------------------- */
-
-/*
- * A handle alone on its environment (one loop: idem consume, idem_sync, a
- * one-worker program) runs its own writes as one batch through the log at
- * the end of each turn of its loop, as Redis flushes its AOF before it
- * sleeps: the turn's writes share one write and one fdatasync, and no
- * thread hand-off stands between an operation and its answer (on a VM a
- * wake-up across CPUs costs more than the flush). Everything else goes to
- * the writer thread as before: handles that share an environment (their
- * loops would take turns blocking on each other's flushes, where the
- * writer merges them into one), operations the log cannot take now
- * (direct mode, another process owns the log, a full map), gc, and a
- * batch met while the writer is at work (the loop never waits for it).
- */
-static void own_batch(uv_prepare_t *p) {
-  lmdb_handle *h = p->data;
-  lmdb_env *e = h->env;
-  size_t n = 0;
-  while (n < e->opt.batch_max && !idem_queue_empty(&h->own))
-    h->own_reqs[n++] = idem_req_of(idem_queue_pop(&h->own));
-  if (idem_queue_empty(&h->own))
-    uv_prepare_stop(p);
-  if (lmdb_writer_run_inline(e, h->own_reqs, n))
-    return;
-  for (size_t i = 0; i < n; i++)
-    lmdb_writer_enqueue(e, h->own_reqs[i]);
-}
-
-static void submit_write(lmdb_handle *h, idem_req *req) {
-  lmdb_env *e = h->env;
-  /* refs is read without the registry lock: a stale value costs speed at
-   * worst, never safety (the turn lock orders every batch) */
-  if (!h->own_on || req->op.kind == IDEM_OP_GC || e->log_fd < 0 || e->refs != 1) {
-    lmdb_writer_enqueue(e, req);
-    return;
-  }
-  idem_queue_insert_tail(&h->own, &req->node);
-  if (!uv_is_active((uv_handle_t *)&h->own_turn))
-    uv_prepare_start(&h->own_turn, own_batch);
-}
-
 static void lmdb_submit(idem_store *store, idem_req *req) {
   lmdb_handle *h = store->impl;
   lmdb_env *e = h->env;
@@ -597,7 +522,7 @@ static void lmdb_submit(idem_store *store, idem_req *req) {
   /* a guest's snapshot may miss what the owning process's log holds */
   if ((kind != IDEM_OP_CLAIM && kind != IDEM_OP_GET && kind != IDEM_OP_LIST) ||
       mode == LMDB_GUEST) {
-    submit_write(h, req);
+    lmdb_writer_enqueue(e, req);
     return;
   }
   int rc = -1;
@@ -621,7 +546,7 @@ static void lmdb_submit(idem_store *store, idem_req *req) {
     lmdb_map_release(e);
   }
   if (rc == 0) {
-    submit_write(h, req); /* a claim that writes: the batch re-reads */
+    lmdb_writer_enqueue(e, req); /* a claim that writes: the writer re-reads */
   } else if (rc == 1) {
     atomic_fetch_add(&e->ops_read, 1);
     idem_req_finish(req); /* delivered on the loop, not from inside submit */

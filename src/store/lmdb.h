@@ -23,7 +23,6 @@ typedef struct {
   uint64_t checkpoints;  /* LMDB commits copying the log's records in, behind it */
   uint64_t checkpoint_us; /* time spent in them, us */
   uint64_t log_resets;   /* times the log started over, LMDB holding all of it */
-  uint64_t loop_batches; /* log batches a loop ran itself (one handle alone on the store) */
   int logged;            /* 1: this store writes through the log (log=on) */
 } idem_lmdb_stats;
 

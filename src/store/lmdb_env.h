@@ -14,11 +14,7 @@
  *
  * LMDB allows one MDB_env per file per process, and the gateway opens one
  * store handle per loop, so handles on the same path share one lmdb_env and
- * its writer thread. Everything that writes goes through that thread, but
- * for one case: a handle alone on its environment runs its log batches on
- * its own loop, one per turn (lmdb.c, own_batch), holding the same turn
- * lock as the writer, which keeps the rest (direct mode, gc, the sweep,
- * the zeroed space ahead, the log's handover).
+ * its writer thread. Everything that writes goes through that thread.
  *
  * With the log (the default, `log=on`), the writer appends each batch to
  * the log with one write and one fdatasync and acknowledges it then; the
@@ -61,8 +57,7 @@ typedef struct lmdb_env lmdb_env;
 /* The counters of idem_lmdb_stats (lmdb.h), one atomic each in the env. */
 #define LMDB_COUNTERS(X)                                                                           \
   X(commits) X(commit_us) X(apply_us) X(handback_us) X(ops_written) X(ops_read) X(max_batch)      \
-  X(swept) X(errors_full) X(errors_store) X(checkpoints) X(checkpoint_us) X(log_resets)          \
-  X(loop_batches)
+  X(swept) X(errors_full) X(errors_store) X(checkpoints) X(checkpoint_us) X(log_resets)
 
 struct lmdb_env {
   char *path; /* realpath of the directory: the registry key */
@@ -87,12 +82,6 @@ struct lmdb_env {
   size_t wake_at; /* enqueue wakes the writer when queue_len reaches this */
   idem_queue gc;    /* IDEM_OP_GC, served one chunk at a time */
   int stopping;
-  /* The right to run a batch, or any writer work: the writer thread holds
-   * it for each turn's work; a loop holds it to run its own batch inline
-   * (lmdb_writer_run_inline). The rest of "writer-private" below is the
-   * holder's. */
-  pthread_mutex_t turn;
-  _Atomic int prealloc_asked; /* a loop's batch found a step of zeros due */
   /* writer-private */
   idem_req **batch;
   unsigned char *refused; /* per batch slot: refused with IDEM_EFULL */
@@ -179,10 +168,6 @@ int lmdb_writer_start(lmdb_env *e);
 void lmdb_writer_enqueue(lmdb_env *e, idem_req *req);
 /* Drain the queue, finish every req, join the thread. */
 void lmdb_writer_stop(lmdb_env *e);
-/* Run reqs[0..n) as a batch through the log on the calling (loop) thread,
- * when the writer is not busy and the log can take them now: 1 when done
- * (every req finished), 0 when the caller must queue them instead. */
-int lmdb_writer_run_inline(lmdb_env *e, idem_req **reqs, size_t n);
 
 /* lmdb_sweep.c */
 /* Keep the expiry index in step with a record change inside txn: old is the

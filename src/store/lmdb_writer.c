@@ -304,34 +304,21 @@ static void run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
  * stamp the file with a fine-grained mtime, so every commit's fdatasync
  * would also write the inode (measured: one inode write per commit). A
  * size grown meanwhile by another process only costs a needless look. */
-/* Used bytes of data.mdb by LMDB's meta page (no I/O), 0 when unknown. */
-static uint64_t used_bytes(lmdb_env *e) {
+static void prealloc_held(lmdb_env *e) {
   MDB_envinfo info;
   MDB_stat st;
-  if (mdb_env_info(e->env, &info) || mdb_env_stat(e->env, &st))
-    return 0;
-  return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
-}
-
-/* Is a step of zeros due (by the size last seen: no stat)? Map held. */
-static int prealloc_due_held(lmdb_env *e) {
-  uint64_t used = used_bytes(e);
-  return used && e->file_size < used + PREALLOC_AHEAD &&
-         e->file_size + PREALLOC_STEP <= e->opt.map_size;
-}
-
-/* One step, when due; 1 when the file grew. */
-static int prealloc_held(lmdb_env *e) {
   mdb_filehandle_t fd;
   struct stat fst;
-  if (!prealloc_due_held(e) || mdb_env_get_fd(e->env, &fd))
-    return 0;
+  if (mdb_env_info(e->env, &info) || mdb_env_stat(e->env, &st) || mdb_env_get_fd(e->env, &fd))
+    return;
+  uint64_t used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+  if (e->file_size >= used + PREALLOC_AHEAD || e->file_size + PREALLOC_STEP > e->opt.map_size)
+    return;
   MDB_txn *txn; /* the writer lock: no other process appends pages meanwhile */
   if (mdb_txn_begin(e->env, NULL, 0, &txn))
-    return 0;
-  int grew = 0;
-  uint64_t used = used_bytes(e);
-  if (used && fstat(fd, &fst) == 0) {
+    return;
+  if (mdb_env_info(e->env, &info) == 0 && fstat(fd, &fst) == 0) {
+    used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
     uint64_t size = (uint64_t)fst.st_size, off;
     if (size < used)
       size = used;
@@ -342,25 +329,15 @@ static int prealloc_held(lmdb_env *e) {
         if (pwrite(fd, zeros, sizeof zeros, (off_t)off) != (ssize_t)sizeof zeros)
           break;
       e->file_size = off;
-      grew = off > size;
     }
   }
   mdb_txn_abort(txn);
-  return grew;
 }
 
-static int prealloc_step(lmdb_env *e) {
+static void prealloc_step(lmdb_env *e) {
   lmdb_map_hold(e); /* env info reads the map */
-  int grew = prealloc_held(e);
+  prealloc_held(e);
   lmdb_map_release(e);
-  return grew;
-}
-
-/* Every step due at once: at start, and when batches run on a loop
- * (lmdb_writer_run_inline) have let LMDB's checkpoints use the space up. */
-static void prealloc_fill(lmdb_env *e) {
-  for (int i = 0; i < 2 * (int)(PREALLOC_AHEAD / PREALLOC_STEP) && prealloc_step(e); i++)
-    ;
 }
 
 /* One retention chunk in its own transaction. Returns 0 or an IDEM_E code. */
@@ -431,7 +408,7 @@ typedef struct {
  * stop). Returns 1 when another process asks for the log instead. */
 static int wait_for_work(lmdb_env *e, const writer_state *w) {
   while (idem_queue_empty(&e->queue) && idem_queue_empty(&e->gc) && !w->sweeping &&
-         !e->stopping && !atomic_load(&e->prealloc_asked)) {
+         !e->stopping) {
     e->wake_at = 1;
     int owner = atomic_load(&e->mode) == LMDB_OWNER;
     if (!w->interval && !owner) {
@@ -498,8 +475,6 @@ static void do_work(lmdb_env *e, writer_state *w, size_t n, idem_req *gc) {
     w->last_batch = n;
     prealloc_step(e);
   }
-  if (atomic_exchange(&e->prealloc_asked, 0))
-    prealloc_fill(e);
   if (gc) {
     gc_step(e, gc);
   } else if (w->sweeping) {
@@ -531,9 +506,6 @@ static void writer_end(lmdb_env *e) {
 static void *writer_main(void *arg) {
   lmdb_env *e = arg;
   pthread_setname_np(pthread_self(), "idem-lmdb-write"); /* 15 chars at most */
-  pthread_mutex_lock(&e->turn);
-  prealloc_fill(e); /* before the first batch, whoever runs it */
-  pthread_mutex_unlock(&e->turn);
   writer_state w = {.interval = e->opt.sweep_interval_ms};
   w.next_sweep = mono_ms() + w.interval;
   pthread_mutex_lock(&e->lock);
@@ -547,9 +519,7 @@ static void *writer_main(void *arg) {
     }
     if (wait_for_work(e, &w)) { /* another process waits for the log */
       pthread_mutex_unlock(&e->lock);
-      pthread_mutex_lock(&e->turn);
       lmdb_log_yield(e);
-      pthread_mutex_unlock(&e->turn);
       pthread_mutex_lock(&e->lock);
       continue;
     }
@@ -558,10 +528,8 @@ static void *writer_main(void *arg) {
     size_t n = take_batch(e, &w);
     idem_req *gc = idem_req_of(idem_queue_head(&e->gc));
     pthread_mutex_unlock(&e->lock);
-    pthread_mutex_lock(&e->turn);
     own_for_work(e, &n, &gc);
     do_work(e, &w, n, gc);
-    pthread_mutex_unlock(&e->turn);
     pthread_mutex_lock(&e->lock);
   }
   writer_end(e);
@@ -580,14 +548,8 @@ int lmdb_writer_start(lmdb_env *e) {
     goto fail;
   if (lmdb_lock_init(&e->lock, &e->wake))
     goto fail_ckpt;
-  if (pthread_mutex_init(&e->turn, NULL)) {
-    pthread_cond_destroy(&e->wake);
-    pthread_mutex_destroy(&e->lock);
-    goto fail_ckpt;
-  }
   e->wake_at = 1;
   if (pthread_create(&e->writer, NULL, writer_main, e)) {
-    pthread_mutex_destroy(&e->turn);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
     goto fail_ckpt;
@@ -621,32 +583,8 @@ void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
   pthread_mutex_unlock(&e->lock);
 }
 
-int lmdb_writer_run_inline(lmdb_env *e, idem_req **reqs, size_t n) {
-  if (pthread_mutex_trylock(&e->turn))
-    return 0; /* the writer is at work: never make a loop wait for it */
-  int logged = atomic_load(&e->mode) == LMDB_OWNER && e->log_fd >= 0 && !e->log_broken &&
-               !atomic_load(&e->ck_err) && lmdb_log_has_room(e, reqs, n);
-  if (logged) {
-    lmdb_log_run_batch(e, reqs, n);
-    atomic_fetch_add(&e->loop_batches, 1);
-  }
-  /* the zeroed space ahead is the writer's to keep (it may block on LMDB's
-   * writer lock): ask it only when a step is due, which is rare */
-  lmdb_map_hold(e);
-  int due = logged && prealloc_due_held(e);
-  lmdb_map_release(e);
-  pthread_mutex_unlock(&e->turn);
-  if (due && !atomic_exchange(&e->prealloc_asked, 1)) {
-    pthread_mutex_lock(&e->lock);
-    pthread_cond_signal(&e->wake);
-    pthread_mutex_unlock(&e->lock);
-  }
-  return logged;
-}
-
 void lmdb_writer_stop(lmdb_env *e) {
   lmdb_thread_stop(e->writer, &e->lock, &e->wake, &e->stopping);
-  pthread_mutex_destroy(&e->turn);
   lmdb_ckpt_stop(e);
   if (e->wrtxn)
     mdb_txn_abort(e->wrtxn);

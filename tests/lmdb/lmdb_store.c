@@ -341,32 +341,6 @@ static void concurrent_writes_share_commits(void **state) {
   assert_int_equal(st.max_batch, 1);
 }
 
-/* A handle alone on its store runs its writes on its own loop, a batch per
- * turn (lmdb.c, own_batch); handles sharing a store leave them to the
- * writer thread, which merges them. */
-static void a_lone_handle_runs_its_batches_on_its_loop(void **state) {
-  (void)state;
-  char p[300];
-  fresh_path(p, sizeof p);
-  idem_lmdb_stats st;
-  run_burst(uri_of(p, NULL), 128, "lone", &st);
-  assert_int_equal(st.ops_written, 256);
-  assert_true(st.loop_batches > 0);
-  assert_true(st.loop_batches <= st.commits);
-  assert_true(st.commits < 256 / 4); /* still one flush per turn, not per op */
-
-  /* a second handle on the same store: every batch goes to the writer */
-  fresh_path(p, sizeof p);
-  uv_loop_t loop;
-  assert_int_equal(uv_loop_init(&loop), 0);
-  idem_store *other;
-  assert_int_equal(idem_store_open(&loop, uri_of(p, NULL), &other, NULL), 0);
-  run_burst(uri_of(p, NULL), 64, "shared", &st);
-  assert_int_equal(st.ops_written, 128);
-  assert_int_equal(st.loop_batches, 0);
-  close_store_and_loop(other, &loop);
-}
-
 /* The writer keeps zeroed space past the last page (lmdb_writer.c) without
  * an fstat after every commit: on Linux 6.13+ a stat makes the next write
  * stamp a fine-grained mtime, and every fdatasync then writes the inode too.
@@ -1063,7 +1037,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(foreign_files_are_not_stores),
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(concurrent_writes_share_commits),
-    cmocka_unit_test(a_lone_handle_runs_its_batches_on_its_loop),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
       cmocka_unit_test(full_map_refuses_per_request),
