@@ -195,6 +195,11 @@ void cluster_on_refresh(uv_timer_t *t) {
     return;
   }
   free(c);
+  /* no node to ask: what waits for the next map goes by this one (its
+   * nodes fail it, or redirect it again, up to the most) rather than wait
+   * on for a node to come back */
+  if (cl->have_map)
+    cluster_map_ready(cl);
   schedule(cl, cl->have_map || expired ? REFRESH_GAP_MS : FIRST_MAP_POLL_MS);
 }
 
