@@ -68,7 +68,8 @@ static void route(rcluster *cl, idem_req *req) {
   redis_rs_submit(n->rs, req);
 }
 
-void cluster_map_ready(rcluster *cl) {
+/* A map has come: route what waited for it. */
+static void map_came(rcluster *cl) {
   idem_queue waiting;
   idem_req *req;
   idem_queue_move(&cl->waiting, &waiting);
@@ -76,7 +77,8 @@ void cluster_map_ready(rcluster *cl) {
     route(cl, req);
 }
 
-void cluster_waiting_expired(rcluster *cl) {
+/* No map came in time, or the store closes: fail what waited. */
+static void wait_ended(rcluster *cl) {
   idem_queue waiting;
   idem_req *req;
   idem_queue_move(&cl->waiting, &waiting);
@@ -147,7 +149,7 @@ static void node_closed(void *owner_data) {
   maybe_teardown(cl);
 }
 
-const redis_owner cluster_owner = {node_done, node_redirected, node_closed, 1};
+static const redis_owner cluster_owner = {node_done, node_redirected, node_closed, 1};
 
 static void on_timer_closed(uv_handle_t *h) {
   rcluster *cl = h->data;
@@ -175,7 +177,7 @@ static void cluster_close(idem_store *store) {
   rcluster *cl = store->impl;
   cl->closing = 1;
   uv_timer_stop(&cl->refresh_timer);
-  cluster_waiting_expired(cl);
+  wait_ended(cl);
   idem_queue *q;
   IDEM_QUEUE_FOREACH(q, &cl->nodes) {
     cnode *n = IDEM_QUEUE_DATA(q, cnode, node);
@@ -200,6 +202,9 @@ static int cluster_open(idem_store *store, const char *uri, char **errmsg) {
   cl->loop = store->loop;
   idem_queue_init(&cl->nodes);
   idem_queue_init(&cl->waiting);
+  cl->node_owner = &cluster_owner;
+  cl->map_came = map_came;
+  cl->wait_ended = wait_ended;
   for (size_t i = 0; i < cl->uri.nseeds; i++)
     cluster_node(cl, cl->uri.seeds[i].host, cl->uri.seeds[i].port);
   if (idem_queue_empty(&cl->nodes)) { /* out of memory for every seed: nothing to undo */

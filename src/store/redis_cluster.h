@@ -44,6 +44,12 @@ struct rcluster {
   uint64_t refreshed_at;  /* uv_now of the last CLUSTER SLOTS sent */
   int closing;
   int timer_open;
+  /* set by redis_cluster.c, so that the map's file reports back without
+   * naming it: how nodes answer, and what to do with the waiting reqs when
+   * a map comes (route them) or none came in time (fail them) */
+  const redis_owner *node_owner;
+  void (*map_came)(rcluster *cl);
+  void (*wait_ended)(rcluster *cl);
 };
 
 /* ---- redis_cluster_map.c */
@@ -53,10 +59,6 @@ cnode *cluster_node(rcluster *cl, const char *host, int port);
 void cluster_refresh_soon(rcluster *cl);
 /* The refresh timer (opened by redis_cluster.c): sends CLUSTER SLOTS. */
 void cluster_on_refresh(uv_timer_t *t);
-/* A map has come: redis_cluster.c routes what waited for it. */
-void cluster_map_ready(rcluster *cl);
-/* The waiting reqs' time is up (no map within connect_timeout). */
-void cluster_waiting_expired(rcluster *cl);
 
 /* ---- redis_cluster_list.c */
 /* Run a LIST on every primary of the map and answer req with the merge. */
@@ -64,9 +66,5 @@ void cluster_list_start(rcluster *cl, idem_req *req);
 /* Whether req is a part of a LIST (sent to one primary), and then take its
  * answer. */
 int cluster_list_part_done(idem_req *req, int err);
-
-/* ---- redis_cluster.c */
-/* How the nodes answer to the router. */
-extern const redis_owner cluster_owner;
 
 #endif

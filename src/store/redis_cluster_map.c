@@ -40,7 +40,7 @@ cnode *cluster_node(rcluster *cl, const char *host, int port) {
   }
   n->cl = cl;
   memcpy(n->addr, addr, sizeof addr);
-  n->rs = redis_rs_open(cl->store, &uri, &cluster_owner, n);
+  n->rs = redis_rs_open(cl->store, &uri, cl->node_owner, n);
   if (n->rs == NULL) {
     idem_redis_uri_clear(&uri);
     free(n);
@@ -166,7 +166,7 @@ static void slots_answered(cmd *c, const redisReply *r) {
     return;
   cl->have_map |= applied;
   if (cl->have_map)
-    cluster_map_ready(cl); /* what waited for a map, first or next */
+    cl->map_came(cl); /* what waited for a map, first or next */
   if (cl->refresh_again) {
     cl->refresh_again = 0;
     schedule(cl, REFRESH_GAP_MS);
@@ -184,7 +184,7 @@ void cluster_on_refresh(uv_timer_t *t) {
   uint64_t now = uv_now(cl->loop);
   int expired = now >= cl->opened_at + (uint64_t)cl->uri.connect_timeout_ms;
   if (!cl->have_map && expired)
-    cluster_waiting_expired(cl);
+    cl->wait_ended(cl);
   cnode *n = node_to_ask(cl);
   cmd *c = n ? redis_cmd_new(n->rs, NULL, slots_answered) : NULL;
   const char *argv[] = {"CLUSTER", "SLOTS"};
@@ -199,7 +199,7 @@ void cluster_on_refresh(uv_timer_t *t) {
    * nodes fail it, or redirect it again, up to the most) rather than wait
    * on for a node to come back */
   if (cl->have_map)
-    cluster_map_ready(cl);
+    cl->map_came(cl);
   schedule(cl, cl->have_map || expired ? REFRESH_GAP_MS : FIRST_MAP_POLL_MS);
 }
 
