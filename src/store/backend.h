@@ -6,12 +6,8 @@
  *   idem_store_submit validates the op, deep-copies it into an idem_req and
  *   hands it to backend->submit on the loop thread. The backend fills
  *   req->result (allocating with the helpers below) and calls
- *   idem_req_finish(req) from ANY thread, exactly once, or
- *   idem_req_finish_local(req) when it finishes it on the loop's own thread
- *   (memory, Redis, PostgreSQL, LMDB's reads): no wake-up of the loop through
- *   its async handle, the callback comes at the loop's next turn. The
- *   generic layer then calls the user's callback on the loop thread and
- *   frees the req.
+ *   idem_req_finish(req) from ANY thread, exactly once. The generic layer
+ *   then calls the user's callback on the loop thread and frees the req.
  *
  * Closing: idem_store_close calls backend->close on the loop thread. The
  * backend finishes or fails (IDEM_ECLOSED) every req it holds, releases its
@@ -82,10 +78,6 @@ struct idem_store {
   void (*cache_learn)(idem_store *store, const idem_req *req);
   uv_loop_t *loop;
   void *impl;
-  /* reqs finished on the loop's own thread (idem_req_finish_local), called
-   * back at the loop's next turn: no wake-up through done_async */
-  uv_idle_t local_turn;
-  idem_queue local;
   /* completed reqs waiting to be called back on the loop */
   uv_async_t done_async;
   pthread_mutex_t done_lock;
@@ -109,10 +101,6 @@ int idem_op_validate(const idem_op *op);
 void idem_req_finish(idem_req *req);
 /* Shorthand: set result.err and finish. */
 void idem_req_fail(idem_req *req, int err);
-/* The same, for a backend that finishes req on the loop's own thread (not
- * inside submit's call, which returns first): cheaper, no wake-up. */
-void idem_req_finish_local(idem_req *req);
-void idem_req_fail_local(idem_req *req, int err);
 /* The backend has released everything (loop thread). */
 void idem_backend_closed(idem_store *store);
 

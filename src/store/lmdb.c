@@ -549,9 +549,9 @@ static void lmdb_submit(idem_store *store, idem_req *req) {
     lmdb_writer_enqueue(e, req); /* a claim that writes: the writer re-reads */
   } else if (rc == 1) {
     atomic_fetch_add(&e->ops_read, 1);
-    idem_req_finish_local(req); /* delivered on the loop, not from inside submit */
+    idem_req_finish(req); /* delivered on the loop, not from inside submit */
   } else {
-    idem_req_fail_local(req, lmdb_error(e, rc));
+    idem_req_fail(req, lmdb_error(e, rc));
   }
 }
 

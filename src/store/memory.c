@@ -155,9 +155,9 @@ static void memory_submit(idem_store *store, idem_req *req) {
   int err = run(t, req);
   pthread_mutex_unlock(&t->lock);
   if (err)
-    idem_req_fail_local(req, err);
+    idem_req_fail(req, err);
   else
-    idem_req_finish_local(req); /* delivered from the loop, never from inside submit */
+    idem_req_finish(req); /* delivered from the loop, never from inside submit */
 }
 
 /* ---- the registry of named tables ---------------------------------------- */

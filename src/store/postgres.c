@@ -64,10 +64,10 @@ static void batch_done(pgs_conn *c) {
       if (idem_pg_result_fill(&req->op, b->res[i], &req->result, NULL))
         pgs_push(&st->pending, req); /* a claim to send again */
       else
-        idem_req_finish_local(req);
+        idem_req_finish(req);
     }
   } else if (b->n == 1) {
-    idem_req_fail_local(b->reqs[0], b->err);
+    idem_req_fail(b->reqs[0], b->err);
   } else {
     /* rolled back as a whole: each goes again in a transaction of its own */
     for (int i = 0; i < b->n; i++)
@@ -206,7 +206,7 @@ static void send_batch(pgs_conn *c, req_queue *q, int n) {
   batch *b = calloc(1, sizeof *b + (size_t)n * (sizeof *b->reqs + sizeof *b->res));
   if (!b) {
     for (int i = 0; i < n; i++)
-      idem_req_fail_local(pgs_pop(q), IDEM_ENOMEM);
+      idem_req_fail(pgs_pop(q), IDEM_ENOMEM);
     return;
   }
   b->reqs = (idem_req **)(b + 1);
@@ -256,7 +256,7 @@ static void on_prepare(uv_prepare_t *prepare) {
 static void pgs_submit(idem_store *store, idem_req *req) {
   pgs_store *st = store->impl;
   if (!pgs_available(st)) {
-    idem_req_fail_local(req, IDEM_ESTORE);
+    idem_req_fail(req, IDEM_ESTORE);
     return;
   }
   /* gc locks its rows in expiry order, not key order: alone it cannot

@@ -44,7 +44,7 @@ idem_req *pgs_pop(req_queue *q) {
 void pgs_fail_queue(req_queue *q, int err) {
   idem_req *req;
   while ((req = pgs_pop(q)))
-    idem_req_fail_local(req, err);
+    idem_req_fail(req, err);
 }
 
 int pgs_available(const pgs_store *st) {
@@ -180,7 +180,7 @@ static void conn_drop(pgs_conn *c) {
     idem_queue_remove(&b->node);
     /* the batch may or may not have committed: the caller must know */
     for (int i = 0; i < b->n; i++)
-      idem_req_fail_local(b->reqs[i], IDEM_ESTORE);
+      idem_req_fail(b->reqs[i], IDEM_ESTORE);
     pgs_batch_free(b);
   }
 }

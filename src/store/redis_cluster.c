@@ -36,7 +36,7 @@
 
 static void route(rcluster *cl, idem_req *req) {
   if (req->op.kind == IDEM_OP_GC) { /* Redis expires records itself */
-    idem_req_finish_local(req);
+    idem_req_finish(req);
     return;
   }
   if (!cl->have_map) {
@@ -45,7 +45,7 @@ static void route(rcluster *cl, idem_req *req) {
       return;
     }
     cluster_refresh_soon(cl);
-    idem_req_fail_local(req, IDEM_ESTORE);
+    idem_req_fail(req, IDEM_ESTORE);
     return;
   }
   if (req->op.kind == IDEM_OP_LIST) {
@@ -55,14 +55,14 @@ static void route(rcluster *cl, idem_req *req) {
   size_t len;
   char *name = idem_redis_key(cl->uri.prefix, req->op.scope, req->op.key, &len);
   if (name == NULL) {
-    idem_req_fail_local(req, IDEM_ENOMEM);
+    idem_req_fail(req, IDEM_ENOMEM);
     return;
   }
   cnode *n = cl->slots[idem_redis_slot(name, len)];
   free(name);
   if (n == NULL) { /* a slot no primary serves: the cluster is incomplete */
     cluster_refresh_soon(cl);
-    idem_req_fail_local(req, IDEM_ESTORE);
+    idem_req_fail(req, IDEM_ESTORE);
     return;
   }
   redis_rs_submit(n->rs, req);
@@ -83,7 +83,7 @@ static void wait_ended(rcluster *cl) {
   idem_req *req;
   idem_queue_move(&cl->waiting, &waiting);
   while ((req = idem_req_of(idem_queue_pop(&waiting))))
-    idem_req_fail_local(req, cl->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+    idem_req_fail(req, cl->closing ? IDEM_ECLOSED : IDEM_ESTORE);
 }
 
 /* ---- what the nodes answer --------------------------------------------------- */
@@ -97,9 +97,9 @@ static void node_done(rstore *rs, idem_req *req, int err) {
   if (err == IDEM_ESTORE || err == IDEM_ETIMEDOUT)
     cluster_refresh_soon(n->cl);
   if (err)
-    idem_req_fail_local(req, err);
+    idem_req_fail(req, err);
   else
-    idem_req_finish_local(req);
+    idem_req_finish(req);
 }
 
 static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
@@ -109,7 +109,7 @@ static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
   char host[256];
   int port;
   if (cl->closing) {
-    idem_req_fail_local(req, IDEM_ECLOSED); /* it did not run */
+    idem_req_fail(req, IDEM_ECLOSED); /* it did not run */
     return;
   }
   if (++req->redirects > REDIRECTS_AT_ONCE && req->redirects <= MAX_REDIRECTS) {
@@ -121,12 +121,12 @@ static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
       idem_redis_redirect_parse(reply, &slot, host, sizeof host, &port)) {
     redis_note(rs, "redirection not followed: %s", reply);
     cluster_refresh_soon(cl);
-    idem_req_fail_local(req, IDEM_ESTORE);
+    idem_req_fail(req, IDEM_ESTORE);
     return;
   }
   cnode *to = cluster_node(cl, host[0] ? host : rs->uri.host, port);
   if (to == NULL) {
-    idem_req_fail_local(req, IDEM_ENOMEM);
+    idem_req_fail(req, IDEM_ENOMEM);
     return;
   }
   req->asking = reply[0] == 'A';

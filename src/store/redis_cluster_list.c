@@ -68,9 +68,9 @@ static void fan_finish(list_fan *f) {
   free(f->got);
   free(f);
   if (err)
-    idem_req_fail_local(req, err);
+    idem_req_fail(req, err);
   else
-    idem_req_finish_local(req);
+    idem_req_finish(req);
 }
 
 int cluster_list_part_done(idem_req *part, int err) {
@@ -91,7 +91,7 @@ int cluster_list_part_done(idem_req *part, int err) {
 void cluster_list_start(rcluster *cl, idem_req *req) {
   list_fan *f = calloc(1, sizeof *f);
   if (f == NULL) {
-    idem_req_fail_local(req, IDEM_ENOMEM);
+    idem_req_fail(req, IDEM_ENOMEM);
     return;
   }
   f->req = req;

@@ -43,9 +43,9 @@ void redis_req_done(rstore *rs, idem_req *req, int err) {
   if (rs->owner)
     rs->owner->done(rs, req, err);
   else if (err)
-    idem_req_fail_local(req, err);
+    idem_req_fail(req, err);
   else
-    idem_req_finish_local(req);
+    idem_req_finish(req);
   redis_maybe_teardown(rs);
 }
 

@@ -53,27 +53,23 @@ static void on_store_freed(uv_handle_t *handle) {
   free(store);
 }
 
-/* The two handles close one after the other: libuv runs close callbacks
- * of one turn newest first, and the store must outlive both. */
-static void on_local_turn_closed(uv_handle_t *handle) {
-  idem_store *store = handle->data;
-  uv_close((uv_handle_t *)&store->done_async, on_store_freed);
-}
-
-static void close_handles(idem_store *store) {
-  store->closing = 2; /* handle close under way */
-  uv_close((uv_handle_t *)&store->local_turn, on_local_turn_closed);
-}
-
 static void finish_close_if_idle(idem_store *store) {
   if (store->closing == 1 && store->backend_closed && store->in_flight == 0 &&
-      !store->cache_store)
-    close_handles(store);
+      !store->cache_store) {
+    store->closing = 2; /* handle close under way */
+    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
+  }
 }
 
-static void deliver_all(idem_store *store, idem_queue *done) {
+/* Deliver every finished req on the loop thread, in the order finished. */
+static void on_done(uv_async_t *async) {
+  idem_store *store = async->data;
+  idem_queue done;
   idem_req *req;
-  while ((req = idem_req_of(idem_queue_pop(done)))) {
+  pthread_mutex_lock(&store->done_lock);
+  idem_queue_move(&store->done, &done);
+  pthread_mutex_unlock(&store->done_lock);
+  while ((req = idem_req_of(idem_queue_pop(&done)))) {
     store->in_flight--;
     if (store->cache_learn)
       store->cache_learn(store, req);
@@ -82,31 +78,6 @@ static void deliver_all(idem_store *store, idem_queue *done) {
     free(req);
   }
   finish_close_if_idle(store);
-}
-
-/* Deliver every finished req on the loop thread, in the order finished. */
-static void on_done(uv_async_t *async) {
-  idem_store *store = async->data;
-  idem_queue done;
-  pthread_mutex_lock(&store->done_lock);
-  idem_queue_move(&store->done, &done);
-  pthread_mutex_unlock(&store->done_lock);
-  deliver_all(store, &done);
-}
-
-/* An idle handle, not a prepare: while it is active the loop's poll does
- * not block, so a caller running the loop one turn at a time until its
- * callback came (idem_sync) gets it back. It stops on the first turn with
- * nothing to deliver, after the turn that delivered. */
-static void on_local_turn(uv_idle_t *idle) {
-  idem_store *store = idle->data;
-  idem_queue done;
-  if (idem_queue_empty(&store->local)) {
-    uv_idle_stop(idle);
-    return;
-  }
-  idem_queue_move(&store->local, &done);
-  deliver_all(store, &done);
 }
 
 void idem_req_finish(idem_req *req) {
@@ -127,20 +98,6 @@ void idem_req_fail(idem_req *req, int err) {
   memset(&req->result, 0, sizeof req->result);
   req->result.err = err;
   idem_req_finish(req);
-}
-
-void idem_req_finish_local(idem_req *req) {
-  idem_store *store = req->store;
-  idem_queue_insert_tail(&store->local, &req->node);
-  if (!uv_is_active((uv_handle_t *)&store->local_turn))
-    uv_idle_start(&store->local_turn, on_local_turn);
-}
-
-void idem_req_fail_local(idem_req *req, int err) {
-  idem_result_clear(&req->result);
-  memset(&req->result, 0, sizeof req->result);
-  req->result.err = err;
-  idem_req_finish_local(req);
 }
 
 void idem_backend_closed(idem_store *store) {
@@ -172,18 +129,17 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   store->backend = backend;
   store->loop = loop;
   idem_queue_init(&store->done);
-  idem_queue_init(&store->local);
   if (pthread_mutex_init(&store->done_lock, NULL) ||
       uv_async_init(loop, &store->done_async, on_done)) {
     free(store);
     return IDEM_ENOMEM;
   }
-  uv_idle_init(loop, &store->local_turn); /* cannot fail */
-  store->done_async.data = store->local_turn.data = store;
+  store->done_async.data = store;
   int err = backend->open(store, uri, errmsg);
   if (err) {
-    /* nothing was submitted: the only things to release are the handles */
-    close_handles(store);
+    /* nothing was submitted: the only thing to release is the async handle */
+    store->closing = 2;
+    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
     return err;
   }
   *out = store;

@@ -82,9 +82,9 @@ static void on_shared_get(idem_store *cache_store, const idem_result *res, void 
   int hit = !res->err && res->record && answers(req, res->record);
   idem_cache_count(store->cache, hit);
   if (hit)
-    idem_req_finish_local(req);
+    idem_req_finish(req);
   else if (store->closing) /* the backend is closing: too late to hand it req */
-    idem_req_fail_local(req, IDEM_ECLOSED);
+    idem_req_fail(req, IDEM_ECLOSED);
   else
     store->backend->submit(store, req);
 }
@@ -121,7 +121,7 @@ static int answer(idem_store *store, idem_req *req) {
   }
   idem_cache_count(store->cache, answered);
   if (answered)
-    idem_req_finish_local(req); /* delivered from the loop, as the store's answers are */
+    idem_req_finish(req); /* delivered from the loop, as the store's answers are */
   return answered;
 }
 
