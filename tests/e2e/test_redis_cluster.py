@@ -2,7 +2,8 @@
 cluster-node-timeout 1s, built by redis_cluster.py) through
 redis+cluster://:
 
-- two gateways, a storm of concurrent duplicates: every key runs once;
+- two gateways, a storm of concurrent duplicates: every key runs once, and
+  `idem keys list` reads them all back, merged from every primary;
 - a slot migrated while requests run: a new key of the migrating slot is
   claimed on the target through ASK (it is there before the slot moved),
   and once the slot has moved the gateways' stale maps follow MOVED, and
@@ -14,10 +15,11 @@ redis+cluster://:
   acknowledged is lost: every such key replays, none runs a second time.
 """
 
+import json
 import threading
 import time
 
-from harness import GatewayTestCase, LoadClients, main, wait_for
+from harness import GatewayTestCase, LoadClients, main, run_idem, wait_for
 from redis_cluster import RedisCluster, key_slot, record_name
 
 
@@ -106,6 +108,16 @@ class RedisClusterGateways(GatewayTestCase):
             self.assertEqual(self.up.count(key), 1, ctx)
             self.assertEqual([getattr(r, "status", r) for r in rs], [200] * 6, ctx)
             self.assertEqual(sum(1 for r in rs if not r.replayed), 1, ctx)
+        # idem keys reads them back from every primary, in key order
+        code, out, err = run_idem(["keys", "list", "--store", self.cluster.uri, "--limit", "100"])
+        self.assertEqual(code, 0, err)
+        listed = [json.loads(line) for line in out.splitlines() if line.strip()]
+        self.assertEqual([r["key"] for r in listed], sorted(keys))
+        self.assertEqual({r["state"] for r in listed}, {"completed"})
+        code, out, err = run_idem(["keys", "list", "storm-5", "--store", self.cluster.uri,
+                                   "--limit", "3"])
+        self.assertEqual([json.loads(line)["key"] for line in out.splitlines()],
+                         sorted(keys)[sorted(keys).index("storm-5") + 1:][:3])
 
     def test_slot_migrated_mid_run_follows_ask_then_moved(self):
         c = self.cluster
