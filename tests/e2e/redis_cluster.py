@@ -25,6 +25,7 @@ exits with CMD's status.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -242,6 +243,9 @@ def main(argv):
         print("usage: redis_cluster.py CMD [ARG...]  ({REDIS_CLUSTER_URI} in ARGs is replaced)",
               file=sys.stderr)
         return 2
+    # a wrapper stopped (ctest's timeout, Ctrl-C) still stops its six nodes
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda n, f: sys.exit(128 + n))
     c = RedisCluster().start()
     try:
         args = [a.replace("{REDIS_CLUSTER_URI}", c.uri) for a in argv]
