@@ -113,6 +113,7 @@ static void node_redirected(rstore *rs, idem_req *req, const char *reply) {
     return;
   }
   if (++req->redirects > REDIRECTS_AT_ONCE && req->redirects <= MAX_REDIRECTS) {
+    req->asking = 0; /* the next map routes it afresh */
     idem_queue_insert_tail(&cl->waiting, &req->node);
     cluster_refresh_soon(cl);
     return;

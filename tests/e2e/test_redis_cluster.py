@@ -12,7 +12,9 @@ redis+cluster://:
   keep answering, and once its replica is promoted the gateways answer 200
   again by themselves;
 - with wait_replicas=1, across that failover, no record whose answer was
-  acknowledged is lost: every such key replays, none runs a second time.
+  acknowledged is lost: every such key replays, none runs a second time;
+- every node killed, then started again: 503s meanwhile, then 200s, the
+  gateway never restarted.
 """
 
 import json
@@ -229,6 +231,31 @@ class RedisClusterGateways(GatewayTestCase):
         print("\n  %d acknowledged records (%d on the failed-over primary's slots), %d lost"
               % (len(acked), len(victim_slots), len(lost)))
         self.assertEqual(lost, [], self.ctx())
+
+    def test_whole_cluster_killed_and_restarted_gateway_recovers_by_itself(self):
+        gw = self.gateway()
+        load = Writers(gw, 4, "all").start()
+        self.addCleanup(load.stop)
+        wait_for(lambda: load.count(lambda a: a[2] == 200) >= 40, 30, what="answers before the outage")
+        for n in self.cluster.nodes:
+            n.kill()
+        t_down = time.monotonic()
+        # every slot fails fast: 503s, not hung requests
+        wait_for(lambda: load.count(lambda a: a[0] > t_down + 0.5 and a[2] == 503) >= 40, 30,
+                 what="503s with every node down")
+        # same ports, dirs and nodes.conf: the cluster forms again
+        for n in self.cluster.nodes:
+            n.start()
+        self.cluster.wait_ok()
+        t_up = time.monotonic()
+        wait_for(lambda: load.count(lambda a: a[0] > t_up and a[2] == 200) >= 40, 60,
+                 what="200s after the cluster came back, without a gateway restart")
+        self.assertTrue(load.stop(), "clients hung\n" + self.ctx())
+        answers = load.snapshot()
+        self.assertTrue({a[2] for a in answers} <= {200, 503}, self.ctx())
+        for a in answers:
+            if a[2] == 200:
+                self.assertEqual(self.up.count(a[1]), 1, a)
 
 
 if __name__ == "__main__":
