@@ -27,7 +27,7 @@ BODY='{"amount":1000,"currency":"eur"}'
 CMDLINE="bench/cache_bench.sh $*"
 bench_options 13,15 "--idem=IDEM --rounds=ROUNDS --duration=DURATION --connections=CONNS
   --keys=REPLAY_KEYS --out=OUT" "$@"
-[ -x "$IDEM" ] || { echo "cache_bench.sh: no $IDEM (build first, or --idem)" >&2; exit 2; }
+need_binary "$IDEM" "build first, or --idem"
 
 bench_tmp idem-cache
 start_nginx_pair

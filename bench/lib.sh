@@ -22,6 +22,8 @@
 #   bench_options LINES SPEC ARGS...
 #                               SPEC is "--flag=VAR ...": each "--flag VALUE" in ARGS sets
 #                               VAR; --help prints lines LINES of $0; anything else exits 2
+#   need_binary PATH [HINT]     exit 2 naming PATH unless it is executable (HINT: how to
+#                               get it, default "build first")
 # Servers (pg_bench.sh, pg_replay_bench.sh):
 #   with_postgres "$0" "$@"     unless IDEM_TEST_PG_URI names a server, run the
 #                               script again under tests/support/with-postgres.sh
@@ -50,6 +52,10 @@ bench_options() {
     printf -v "$var" '%s' "$2"
     shift 2
   done
+}
+
+need_binary() {
+  [ -x "$1" ] || { echo "$(basename "$0"): no $1 (${2:-build first})" >&2; exit 2; }
 }
 
 with_postgres() {

@@ -29,7 +29,7 @@ work=${BENCH_DIR:-$repo/bench/tmp/lmdb}
 out=$repo/bench/results/lmdb.md
 command="bench/lmdb_bench.sh $*"
 
-[ -x "$bin" ] || { echo "lmdb_bench.sh: no $bin (build first, or set IDEM_BUILD)" >&2; exit 2; }
+need_binary "$bin" "build first, or set IDEM_BUILD"
 mkdir -p "$work" "$repo/bench/results"
 trap 'rm -rf "$work"' EXIT
 

@@ -29,7 +29,7 @@ uri=$IDEM_TEST_PG_URI
 out=$repo/bench/results/postgres.md
 command="bench/pg_bench.sh $*"
 
-[ -x "$bin" ] || { echo "pg_bench.sh: no $bin (build first, or set IDEM_BUILD)" >&2; exit 2; }
+need_binary "$bin" "build first, or set IDEM_BUILD"
 [ -x "$pgbench" ] || { echo "pg_bench.sh: no pgbench at $pgbench" >&2; exit 2; }
 mkdir -p "$repo/bench/results"
 work=$(mktemp -d)

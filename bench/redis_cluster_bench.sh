@@ -23,7 +23,7 @@ BUILD=$(dirname "$HERE")/build ROUNDS=5 SECS=3 OUT=$HERE/results/redis_cluster.m
 CMDLINE="bench/redis_cluster_bench.sh $*"
 bench_options 9,10 "--build=BUILD --rounds=ROUNDS --seconds=SECS --out=OUT" "$@"
 DRIVER=$BUILD/redis_bench
-[ -x "$DRIVER" ] || { echo "redis_cluster_bench.sh: no $DRIVER (build first)" >&2; exit 2; }
+need_binary "$DRIVER"
 bench_tmp idem-redis-cluster
 
 PORT=$(free_port)

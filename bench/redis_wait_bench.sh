@@ -17,7 +17,7 @@ BUILD=$(dirname "$HERE")/build ROUNDS=5 SECS=3 OUT=$HERE/results/redis_wait.md
 CMDLINE="bench/redis_wait_bench.sh $*"
 bench_options 7,8 "--build=BUILD --rounds=ROUNDS --seconds=SECS --out=OUT" "$@"
 DRIVER=$BUILD/redis_bench
-[ -x "$DRIVER" ] || { echo "redis_wait_bench.sh: no $DRIVER (build first)" >&2; exit 2; }
+need_binary "$DRIVER"
 bench_tmp idem-redis-wait
 
 start_redis() { # name port [replicaof-port]
