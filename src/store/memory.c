@@ -90,9 +90,7 @@ static int run_delete(table *t, idem_req *req) {
 
 static int by_scoped_key(const void *a, const void *b) {
   const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
-  size_t n = x->node.klen < y->node.klen ? x->node.klen : y->node.klen;
-  int c = memcmp(x->key, y->key, n);
-  return c ? c : (x->node.klen > y->node.klen) - (x->node.klen < y->node.klen);
+  return idem_scoped_key_cmp(x->key, x->node.klen, y->key, y->node.klen);
 }
 
 /* Live records in (scope, key) order, after op.key within op.scope. */

@@ -49,8 +49,7 @@ static int by_scoped_key(const void *a, const void *b) {
   unsigned char kx[IDEM_SCOPED_KEY_MAX], ky[IDEM_SCOPED_KEY_MAX];
   size_t nx = idem_scoped_key_encode(x->scope, x->key, kx);
   size_t ny = idem_scoped_key_encode(y->scope, y->key, ky);
-  int c = memcmp(kx, ky, nx < ny ? nx : ny);
-  return c ? c : (nx > ny) - (nx < ny);
+  return idem_scoped_key_cmp(kx, nx, ky, ny);
 }
 
 static void fan_finish(list_fan *f) {

@@ -55,9 +55,7 @@ static void list_done(rstore *rs, list_ctx *l, int err) {
 
 static int by_sk(const void *a, const void *b) {
   const candidate *x = a, *y = b;
-  size_t n = x->sk_len < y->sk_len ? x->sk_len : y->sk_len;
-  int c = memcmp(x->sk, y->sk, n);
-  return c ? c : (x->sk_len > y->sk_len) - (x->sk_len < y->sk_len);
+  return idem_scoped_key_cmp(x->sk, x->sk_len, y->sk, y->sk_len);
 }
 
 static void scan_answered(cmd *c, const redisReply *r);
