@@ -20,9 +20,7 @@
  * Reqs submitted before the first map wait for it, at most connect_timeout;
  * so do reqs redirected more than twice, for the next map.
  */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "store/redis_cluster.h"
 
