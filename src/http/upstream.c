@@ -44,6 +44,8 @@ typedef struct up_conn {
   int abandoned; /* upstream_abort: closing, never reused */
   int paused;    /* upstream_pause: reading stopped, the deadline too */
   uint64_t deadline_left; /* ms of --upstream-timeout left when paused */
+  uint64_t due;           /* loop ms when the current deadline ends (arm_deadline) */
+  int deadline_armed;     /* the timer runs on_deadline, not a deferred failure */
   upstream_response *resp;
   upstream_cb cb;
   void *arg;
@@ -252,7 +254,42 @@ static const http_parser_settings rsettings = {
     .on_message_complete = r_complete,
 };
 
-static void on_pool_idle_timer(uv_timer_t *t) { conn_close(t->data); }
+/* One timer per connection serves both deadlines: --upstream-timeout while
+ * connecting or busy, IDLE_CLOSE_MS while pooled. A pooled connection goes
+ * from idle to busy and back on every request, and re-arming the timer each
+ * time costs two heap operations per request in libuv; so the timer moves
+ * only when a deadline comes earlier than the one it is armed for, and a
+ * timer that fires early (the deadline moved later since) re-arms for what
+ * is left. */
+static void on_deadline(uv_timer_t *t) {
+  up_conn *c = t->data;
+  uint64_t now = uv_now(t->loop);
+  if (now < c->due) {
+    uv_timer_start(t, on_deadline, c->due - now, 0);
+    return;
+  }
+  c->deadline_armed = 0;
+  if (c->state == UC_CONNECTING)
+    finish(c, UP_CONNECT_FAILED);
+  else if (c->state == UC_BUSY)
+    finish(c, UP_TIMEOUT);
+  conn_close(c);
+}
+
+static void arm_deadline(up_conn *c, uint64_t ms) {
+  c->due = uv_now(c->pool->loop) + ms;
+  if (c->deadline_armed && uv_is_active((uv_handle_t *)&c->timer) &&
+      uv_timer_get_due_in(&c->timer) <= ms)
+    return;
+  c->deadline_armed = 1;
+  uv_timer_start(&c->timer, on_deadline, ms, 0);
+}
+
+/* Run cb from the loop at its next turn (a failure found inside a call). */
+static void defer(up_conn *c, uv_timer_cb cb) {
+  c->deadline_armed = 0;
+  uv_timer_start(&c->timer, cb, 0, 0);
+}
 
 /* A full answer arrived; leftover bytes mean the upstream misbehaves. */
 static void answered(up_conn *c, int leftover) {
@@ -269,7 +306,7 @@ static void answered(up_conn *c, int leftover) {
      * notice the upstream closing them */
     c->paused = 0;
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    uv_timer_start(&c->timer, on_pool_idle_timer, IDLE_CLOSE_MS, 0);
+    arm_deadline(c, IDLE_CLOSE_MS);
   }
   finish(c, UP_OK);
   if (!keep)
@@ -277,7 +314,6 @@ static void answered(up_conn *c, int leftover) {
 }
 
 static void on_write_failed(uv_timer_t *t);
-static void on_timer(uv_timer_t *t);
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h;
@@ -391,7 +427,7 @@ static void send_now(up_conn *c) {
     return;
   if (wrote < 0 && wrote != UV_EAGAIN) {
     /* not a byte went out: fail (or retry) from the loop, via the timer */
-    uv_timer_start(&c->timer, on_write_failed, 0, 0);
+    defer(c, on_write_failed);
     return;
   }
   uv_buf_t rest[4];
@@ -409,17 +445,8 @@ static void send_now(up_conn *c) {
   c->writing = 1;
   if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, rest, k, write_cb) < 0) {
     c->writing = 0;
-    uv_timer_start(&c->timer, on_write_failed, 0, 0);
+    defer(c, on_write_failed);
   }
-}
-
-static void on_timer(uv_timer_t *t) {
-  up_conn *c = t->data;
-  if (c->state == UC_CONNECTING)
-    finish(c, UP_CONNECT_FAILED);
-  else if (c->state == UC_BUSY)
-    finish(c, UP_TIMEOUT);
-  conn_close(c);
 }
 
 /* Deferred failure of a write that could not even start. When not a byte
@@ -468,11 +495,11 @@ static void start_request(upstream_pool *pool, up_conn *c) {
   uv_tcp_init(pool->loop, &c->tcp);
   uv_timer_init(pool->loop, &c->timer);
   c->tcp.data = c->timer.data = c->creq.data = c;
-  uv_timer_start(&c->timer, on_timer, (uint64_t)pool->opts.timeout_ms, 0);
+  arm_deadline(c, (uint64_t)pool->opts.timeout_ms);
   int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&pool->addr,
                           connect_cb);
   if (rc < 0)
-    uv_timer_start(&c->timer, connect_failed_later, 0, 0);
+    defer(c, connect_failed_later);
 }
 
 int upstream_resolve(const char *host, int port, const char *who,
@@ -520,11 +547,13 @@ void upstream_pause(upstream_response *resp, int paused) {
    * to close), so a long download to a slow reader is not cut, and an
    * upstream that trickles is, whatever the client does. */
   if (paused && !c->paused) {
-    c->deadline_left = uv_timer_get_due_in(&c->timer);
+    uint64_t now = uv_now(c->pool->loop);
+    c->deadline_left = c->due > now ? c->due - now : 0;
+    c->deadline_armed = 0;
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
   } else if (!paused && c->paused) {
-    uv_timer_start(&c->timer, on_timer, c->deadline_left, 0);
+    arm_deadline(c, c->deadline_left);
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   }
   c->paused = paused;
@@ -545,7 +574,7 @@ void upstream_abort(upstream_response *resp) {
     return;
   c->abandoned = 1;
   uv_read_stop((uv_stream_t *)&c->tcp);
-  uv_timer_start(&c->timer, on_abandoned, 0, 0);
+  defer(c, on_abandoned);
 }
 
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
@@ -574,7 +603,7 @@ void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
   resp->status = 0;
   resp->kind = UP_OK;
   if (c->state == UC_IDLE) {
-    uv_timer_start(&c->timer, on_timer, (uint64_t)pool->opts.timeout_ms, 0);
+    arm_deadline(c, (uint64_t)pool->opts.timeout_ms);
     send_now(c);
   } else {
     start_request(pool, c);

@@ -52,6 +52,26 @@ class UpstreamFailures(GatewayTestCase):
         self.assertTrue(r2.replayed, r2)
         self.assertEqual(r2.body, r.body)
 
+    def test_upstream_timeout_on_a_pooled_connection(self):
+        # One loop, so the hanging request goes out on the connection the
+        # earlier ones left in the pool, whose timer was last armed for the
+        # idle close (15 s): the deadline must still be --upstream-timeout.
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--workers", "1", "--upstream-timeout", "500ms")
+        for i in range(3):
+            r = gw.request("POST", "/pooled", body=b"x", key="pooled-%d" % i)
+            self.assertEqual(r.status, 200, r)
+        time.sleep(0.6)  # past the first request's deadline: the timer has re-armed
+        for hang in ("pooled-hang-1", "pooled-hang-2"):
+            t0 = time.monotonic()
+            r = gw.request("POST", "/pooled", body=b"x", key=hang, headers={"X-Test-Hang": "1"})
+            took = time.monotonic() - t0
+            self.assertProblem(r, 504, self.gw_log())
+            self.assertLess(took, 3, "504 took %.1fs with --upstream-timeout 500ms" % took)
+            self.assertGreaterEqual(took, 0.4, "504 before --upstream-timeout 500ms")
+        r = gw.request("POST", "/pooled", body=b"x", key="pooled-after")
+        self.assertEqual(r.status, 200, r)
+
     def test_upstream_closes_without_answer_502_lease_kept(self):
         up = self.start_upstream()
         gw = self.start_gateway(up, "--lock-ttl", "30s")
