@@ -102,6 +102,7 @@ struct lmdb_env {
   lmdb_overlay ov;
   uint64_t pruned_at; /* the ck_seq of the writer's last prune */
   int64_t owned_since; /* monotonic ms when this process took the log (writer) */
+  int64_t asked_at;    /* monotonic ms of the writer's last look for a process asking for it */
 
   /* the checkpointer (lmdb_ckpt.c) */
   pthread_t ckpt;

@@ -389,10 +389,17 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
 /* Another process asks for the log, and this one has had it long enough
  * to have served a few batches: processes that write at once then take
  * turns of OWN_MIN_MS rather than of one batch (each turn costs a
- * checkpoint). */
+ * checkpoint). The lock table is asked at most every OWNER_POLL_MS: under
+ * load the writer turns thousands of times a second, and the answer can
+ * wait that long. */
 static int handover_due(lmdb_env *e) {
-  return atomic_load(&e->mode) == LMDB_OWNER && mono_ms() - e->owned_since >= OWN_MIN_MS &&
-         lmdb_log_requested(e);
+  if (atomic_load(&e->mode) != LMDB_OWNER)
+    return 0;
+  int64_t now = mono_ms();
+  if (now - e->owned_since < OWN_MIN_MS || now - e->asked_at < OWNER_POLL_MS)
+    return 0;
+  e->asked_at = now;
+  return lmdb_log_requested(e);
 }
 
 /* What the writer thread remembers from one turn to the next. */
