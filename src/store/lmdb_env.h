@@ -54,17 +54,6 @@ typedef struct {
 enum { LMDB_DIRECT = 0, LMDB_OWNER = 1, LMDB_GUEST = 2 };
 
 typedef struct lmdb_env lmdb_env;
-
-/* A batch written to the log and waiting for its flush (lmdb_flusher.c). */
-#define LMDB_FLIGHTS 3
-typedef struct {
-  idem_queue node;
-  uint64_t seq;
-  size_t n, nstaged;
-  idem_req **reqs;
-  lmdb_ov_entry **staged;
-  unsigned char *done; /* hand-back scratch */
-} lmdb_flight;
 /* The counters of idem_lmdb_stats (lmdb.h), one atomic each in the env. */
 #define LMDB_COUNTERS(X)                                                                           \
   X(commits) X(commit_us) X(apply_us) X(handback_us) X(ops_written) X(ops_read) X(max_batch)      \
@@ -114,18 +103,6 @@ struct lmdb_env {
   uint64_t pruned_at; /* the ck_seq of the writer's last prune */
   int64_t owned_since; /* monotonic ms when this process took the log (writer) */
   int64_t asked_at;    /* monotonic ms of the writer's last look for a process asking for it */
-
-  /* the flusher (lmdb_flusher.c) */
-  pthread_t flusher;
-  int fl_running;
-  pthread_mutex_t fl_lock;
-  pthread_cond_t fl_wake, fl_idle;
-  idem_queue fl_free, fl_written;
-  _Atomic size_t fl_out; /* flights written and not finished */
-  int fl_stop;
-  _Atomic int fl_err;    /* a flush failed: every later batch fails too */
-  _Atomic int64_t fl_last_us;
-  lmdb_flight *flights;
 
   /* the checkpointer (lmdb_ckpt.c) */
   pthread_t ckpt;
@@ -186,19 +163,6 @@ size_t lmdb_serve_lists(lmdb_env *e, idem_req **reqs, size_t n);
 /* Finish reqs (with err, when not 0), one hand-back per loop. */
 void lmdb_finish_all(lmdb_env *e, idem_req **reqs, size_t n, int err);
 
-/* lmdb_flusher.c */
-int lmdb_flusher_start(lmdb_env *e);
-void lmdb_flusher_stop(lmdb_env *e);
-lmdb_flight *lmdb_flight_take(lmdb_env *e);
-void lmdb_flight_return(lmdb_env *e, lmdb_flight *f);
-void lmdb_flight_send(lmdb_env *e, lmdb_flight *f);
-/* Wait until every batch written is flushed and finished. */
-void lmdb_flusher_drain(lmdb_env *e);
-/* lmdb_flusher_drain, then lmdb_ckpt_sync: the writer's way to make LMDB whole. */
-int lmdb_writer_sync(lmdb_env *e);
-/* lmdb_finish_all with the caller's done[] scratch (n bytes). */
-void lmdb_finish_each(lmdb_env *e, idem_req **reqs, size_t n, int err, unsigned char *done);
-
 /* lmdb_writer.c */
 int lmdb_writer_start(lmdb_env *e);
 /* Queue a write (any op but get and list); the writer finishes it. */
@@ -248,7 +212,7 @@ int lmdb_log_acquire(lmdb_env *e);
 int lmdb_log_requested(lmdb_env *e);
 /* The owner hands the log over: LMDB gets what it can, the overlay empties. */
 void lmdb_log_yield(lmdb_env *e);
-/* Append the sealed batch (the flusher flushes it). 0 or an IDEM_E code. */
-int lmdb_log_write(lmdb_env *e, const unsigned char *p, size_t len);
+/* Append the sealed batch and flush it. 0 or an IDEM_E code. */
+int lmdb_log_append(lmdb_env *e, const unsigned char *p, size_t len);
 
 #endif

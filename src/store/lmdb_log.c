@@ -251,7 +251,7 @@ int lmdb_log_acquire(lmdb_env *e) {
 }
 
 void lmdb_log_yield(lmdb_env *e) {
-  lmdb_writer_sync(e); /* best effort: the next owner replays what LMDB lacks */
+  lmdb_ckpt_sync(e); /* best effort: the next owner replays what LMDB lacks */
   pthread_mutex_lock(&e->ck_lock);
   atomic_store(&e->mode, LMDB_GUEST); /* no checkpoint starts from now on */
   while (e->ck_busy)
@@ -261,13 +261,13 @@ void lmdb_log_yield(lmdb_env *e) {
   lock_byte(e->log_fd, F_OFD_SETLK, F_UNLCK, OWN_BYTE);
 }
 
-int lmdb_log_write(lmdb_env *e, const unsigned char *p, size_t len) {
+int lmdb_log_append(lmdb_env *e, const unsigned char *p, size_t len) {
   if (e->log_off > LMDB_LOG_HEAD && atomic_load(&e->ck_seq) >= e->last_seq) {
     e->log_off = LMDB_LOG_HEAD; /* LMDB holds all of it: start over */
     atomic_fetch_add(&e->log_resets, 1);
   }
   if (e->log_off + len > LOG_MAX && e->log_off > LMDB_LOG_HEAD) {
-    int err = lmdb_writer_sync(e); /* full: wait until LMDB holds it all */
+    int err = lmdb_ckpt_sync(e); /* full: wait until LMDB holds it all */
     if (err)
       return err;
     e->log_off = LMDB_LOG_HEAD;
@@ -280,7 +280,9 @@ int lmdb_log_write(lmdb_env *e, const unsigned char *p, size_t len) {
       return lmdb_error(e, err);
     e->log_size = to;
   }
-  if ((err = write_all(e->log_fd, p, len, e->log_off)) != 0)
+  if ((err = write_all(e->log_fd, p, len, e->log_off)) == 0 && fdatasync(e->log_fd))
+    err = errno;
+  if (err)
     return lmdb_error(e, err);
   e->log_off += len;
   return 0;

@@ -67,7 +67,7 @@ static int log_read(lmdb_env *e, const unsigned char *skey, size_t klen, lmdb_bl
 
 /* Log one record state and stage it in the overlay (the overlay takes b). */
 static int log_stage(lmdb_env *e, const unsigned char *skey, size_t klen, lmdb_blob *b,
-                     lmdb_flight *f) {
+                     size_t *nstaged) {
   size_t len = e->logbuf.len;
   uint32_t count = e->logbuf.count;
   if (lmdb_log_buf_add(&e->logbuf, b->del ? LMDB_LOG_DEL : LMDB_LOG_PUT, skey, klen,
@@ -82,13 +82,13 @@ static int log_stage(lmdb_env *e, const unsigned char *skey, size_t klen, lmdb_b
     lmdb_blob_unref(b);
     return IDEM_ENOMEM;
   }
-  f->staged[f->nstaged++] = en;
+  e->staged[(*nstaged)++] = en;
   return 0;
 }
 
 /* What apply_one does, against the overlay and the writer's snapshot, the
  * change going to the log batch instead of a write transaction. */
-static int log_apply_one(lmdb_env *e, idem_req *req, int64_t now, lmdb_flight *f) {
+static int log_apply_one(lmdb_env *e, idem_req *req, int64_t now, size_t *nstaged) {
   const idem_op *op = &req->op;
   idem_result *res = &req->result;
   unsigned char skey[IDEM_SCOPED_KEY_MAX];
@@ -117,7 +117,7 @@ static int log_apply_one(lmdb_env *e, idem_req *req, int64_t now, lmdb_flight *f
     else {
       b->del = 1;
       b->expires_at = INT64_MIN;
-      if ((res->err = log_stage(e, skey, klen, b, f)) == 0)
+      if ((res->err = log_stage(e, skey, klen, b, nstaged)) == 0)
         res->count = 1;
     }
     goto out;
@@ -139,7 +139,7 @@ static int log_apply_one(lmdb_env *e, idem_req *req, int64_t now, lmdb_flight *f
       idem_record_encode(&next, b->data);
       b->expires_at = next.expires_at;
     }
-    int serr = b ? log_stage(e, skey, klen, b, f) : IDEM_ENOMEM;
+    int serr = b ? log_stage(e, skey, klen, b, nstaged) : IDEM_ENOMEM;
     if (serr) {
       lmdb_result_reset(req);
       res->err = serr;
@@ -174,7 +174,8 @@ static int log_snapshot(lmdb_env *e) {
  * order of reqs. As in idem_req_finish, the wake-up is sent before the
  * unlock, and a req once handed is never touched again (its loop may have
  * freed it, and its store): done[] marks them. */
-static void hand_back(idem_req **reqs, size_t n, unsigned char *done) {
+static void hand_back(lmdb_env *e, idem_req **reqs, size_t n) {
+  unsigned char *done = e->refused; /* free in log mode */
   memset(done, 0, n);
   for (size_t i = 0; i < n; i++) {
     if (done[i])
@@ -192,16 +193,12 @@ static void hand_back(idem_req **reqs, size_t n, unsigned char *done) {
 }
 
 void lmdb_finish_all(lmdb_env *e, idem_req **reqs, size_t n, int err) {
-  lmdb_finish_each(e, reqs, n, err, e->refused); /* refused is free in log mode */
-}
-
-void lmdb_finish_each(lmdb_env *e, idem_req **reqs, size_t n, int err, unsigned char *done) {
   int64_t t0 = lmdb_mono_us();
   for (size_t i = 0; err && i < n; i++) {
     lmdb_result_reset(reqs[i]);
     reqs[i]->result.err = err;
   }
-  hand_back(reqs, n, done);
+  hand_back(e, reqs, n);
   atomic_fetch_add(&e->handback_us, (uint64_t)(lmdb_mono_us() - t0));
   if (!err) {
     atomic_fetch_add(&e->ops_written, n);
@@ -210,25 +207,10 @@ void lmdb_finish_each(lmdb_env *e, idem_req **reqs, size_t n, int err, unsigned 
   }
 }
 
-/* Is a key of the batch still being flushed by an earlier batch? */
-static int touches_flight(lmdb_env *e, idem_req **reqs, size_t n) {
-  if (atomic_load(&e->fl_out) == 0)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char skey[IDEM_SCOPED_KEY_MAX];
-    size_t klen = idem_scoped_key_encode(reqs[i]->op.scope, reqs[i]->op.key, skey);
-    if (lmdb_overlay_staged(&e->ov, skey, klen))
-      return 1;
-  }
-  return 0;
-}
-
-/* One batch through the log: apply against the overlay, append, and hand
- * it to the flusher (lmdb_flusher.c), which acknowledges it once flushed. */
+/* One batch through the log: apply against the overlay, append, one
+ * fdatasync, promote, acknowledge. */
 void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   int64_t t0 = lmdb_mono_us();
-  if (touches_flight(e, reqs, n))
-    lmdb_flusher_drain(e); /* one staged value per key: see lmdb_flusher.c */
   uint64_t ck = atomic_load(&e->ck_seq);
   if (ck > e->pruned_at) { /* LMDB holds more: drop it from memory */
     lmdb_overlay_prune(&e->ov, ck);
@@ -239,39 +221,35 @@ void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
     lmdb_finish_all(e, reqs, n, lmdb_error(e, rc));
     return;
   }
-  lmdb_flight *f = lmdb_flight_take(e);
   lmdb_log_buf_reset(&e->logbuf);
+  size_t nstaged = 0;
   int64_t now = idem_now_ms();
   for (size_t i = 0; i < n; i++) {
     lmdb_result_reset(reqs[i]);
-    if ((rc = log_apply_one(e, reqs[i], now, f)) != 0)
+    if ((rc = log_apply_one(e, reqs[i], now, &nstaged)) != 0)
       reqs[i]->result.err = lmdb_error(e, rc);
   }
   mdb_txn_reset(e->wrtxn);
   lmdb_map_release(e);
   int64_t t1 = lmdb_mono_us();
   atomic_fetch_add(&e->apply_us, (uint64_t)(t1 - t0));
-  if (!e->logbuf.count) {
-    lmdb_flight_return(e, f);
-    lmdb_finish_all(e, reqs, n, 0);
-    return;
+  if (e->logbuf.count) {
+    uint64_t seq = e->last_seq + 1;
+    lmdb_log_buf_seal(&e->logbuf, seq);
+    int err = lmdb_log_append(e, e->logbuf.p, e->logbuf.len);
+    atomic_fetch_add(&e->commit_us, (uint64_t)(lmdb_mono_us() - t1));
+    if (err) {
+      lmdb_overlay_unstage(&e->ov, e->staged, nstaged);
+      e->log_broken = 1; /* what the file holds is unknown now: go direct */
+      lmdb_finish_all(e, reqs, n, err);
+      return;
+    }
+    e->last_seq = seq;
+    lmdb_overlay_promote(&e->ov, e->staged, nstaged, seq);
+    lmdb_ckpt_flushed(e, seq);
+    atomic_fetch_add(&e->commits, 1);
   }
-  uint64_t seq = e->last_seq + 1;
-  lmdb_log_buf_seal(&e->logbuf, seq);
-  int err = lmdb_log_write(e, e->logbuf.p, e->logbuf.len);
-  atomic_fetch_add(&e->commit_us, (uint64_t)(lmdb_mono_us() - t1));
-  if (err) {
-    lmdb_overlay_unstage(&e->ov, f->staged, f->nstaged);
-    lmdb_flight_return(e, f);
-    e->log_broken = 1; /* what the file holds is unknown now: go direct */
-    lmdb_finish_all(e, reqs, n, err);
-    return;
-  }
-  e->last_seq = seq;
-  memcpy(f->reqs, reqs, n * sizeof *reqs);
-  f->n = n;
-  f->seq = seq;
-  lmdb_flight_send(e, f);
+  lmdb_finish_all(e, reqs, n, 0);
 }
 
 /* LIST ops reach the writer only from a guest (that now owns the log):
@@ -285,7 +263,7 @@ size_t lmdb_serve_lists(lmdb_env *e, idem_req **reqs, size_t n) {
       reqs[kept++] = req;
       continue;
     }
-    int err = lmdb_writer_sync(e);
+    int err = lmdb_ckpt_sync(e);
     MDB_txn *txn;
     int rc = err ? 0 : log_snapshot(e);
     if (!err && rc == 0) {

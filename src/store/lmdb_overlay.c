@@ -108,14 +108,6 @@ lmdb_blob *lmdb_overlay_latest(lmdb_overlay *ov, const unsigned char *key, size_
   return b;
 }
 
-int lmdb_overlay_staged(lmdb_overlay *ov, const unsigned char *key, size_t klen) {
-  pthread_mutex_lock(&ov->lock);
-  lmdb_ov_entry *en = ov->count ? *slot_of(ov, key, klen, hash_of(key, klen)) : NULL;
-  int staged = en && en->staged;
-  pthread_mutex_unlock(&ov->lock);
-  return staged;
-}
-
 /* Double the table when it holds more entries than buckets. */
 static void grow(lmdb_overlay *ov) {
   size_t n = ov->nbuckets * 2;

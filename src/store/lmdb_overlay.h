@@ -47,8 +47,6 @@ void lmdb_overlay_destroy(lmdb_overlay *ov);
 /* Readers: the durable value of a key, referenced (unref it), or NULL. */
 lmdb_blob *lmdb_overlay_get(lmdb_overlay *ov, const unsigned char *key, size_t klen);
 
-/* Does key have a staged value (a batch being flushed)? */
-int lmdb_overlay_staged(lmdb_overlay *ov, const unsigned char *key, size_t klen);
 /* The writer: the latest value (staged, else durable), referenced, or NULL. */
 lmdb_blob *lmdb_overlay_latest(lmdb_overlay *ov, const unsigned char *key, size_t klen);
 /* Stage val (the overlay takes the caller's reference) as key's next value.

@@ -281,16 +281,12 @@ static void run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   if (!n)
     return;
   int owner = atomic_load(&e->mode) == LMDB_OWNER;
-  if (atomic_load(&e->fl_err) && !e->log_broken) {
-    lmdb_flusher_drain(e);
-    e->log_broken = 1;
-  }
   if (owner && !e->log_broken && !atomic_load(&e->ck_err) && lmdb_log_has_room(e, reqs, n)) {
     lmdb_log_run_batch(e, reqs, n);
     return;
   }
   if (owner) { /* direct, after LMDB holds everything the log does */
-    int err = lmdb_writer_sync(e);
+    int err = lmdb_ckpt_sync(e);
     if (err) {
       lmdb_finish_all(e, reqs, n, err);
       return;
@@ -369,7 +365,7 @@ static int sweep_chunk(lmdb_env *e, size_t limit, size_t *deleted, int *more) {
 /* Serve one chunk of the oldest IDEM_OP_GC request; finish it when done. */
 static void gc_step(lmdb_env *e, idem_req *gc) {
   /* what the log holds ahead of LMDB may have expired too */
-  int cerr = e->log_fd >= 0 ? lmdb_writer_sync(e) : 0;
+  int cerr = e->log_fd >= 0 ? lmdb_ckpt_sync(e) : 0;
   size_t limit = gc->op.limit ? gc->op.limit : 1000;
   size_t want = limit - gc->result.count, deleted;
   if (want > e->opt.sweep_batch)
@@ -483,9 +479,6 @@ static void do_work(lmdb_env *e, writer_state *w, size_t n, idem_req *gc) {
     int64_t t0 = lmdb_mono_us();
     run_batch(e, e->batch, n);
     w->last_commit_us = lmdb_mono_us() - t0;
-    int64_t flush_us = atomic_load(&e->fl_last_us);
-    if (flush_us > w->last_commit_us)
-      w->last_commit_us = flush_us; /* the cycle of a batch handed to the flusher */
     w->last_batch = n;
     prealloc_step(e);
   }
@@ -503,16 +496,11 @@ static void do_work(lmdb_env *e, writer_state *w, size_t n, idem_req *gc) {
     lmdb_log_yield(e);
 }
 
-int lmdb_writer_sync(lmdb_env *e) {
-  lmdb_flusher_drain(e);
-  return lmdb_ckpt_sync(e);
-}
-
 /* Closing, under e->lock (released here): LMDB made whole, and a gc
  * request still running reports what it deleted so far. */
 static void writer_end(lmdb_env *e) {
   if (atomic_load(&e->mode) == LMDB_OWNER)
-    lmdb_writer_sync(e); /* not needed for safety (the log is replayed), but a
+    lmdb_ckpt_sync(e); /* not needed for safety (the log is replayed), but a
                           closed store's LMDB is then whole for other programs */
   idem_queue gcs;
   idem_queue_move(&e->gc, &gcs);
@@ -565,10 +553,6 @@ int lmdb_writer_start(lmdb_env *e) {
     goto fail;
   if (e->log_fd >= 0 && lmdb_ckpt_start(e))
     goto fail;
-  if (e->log_fd >= 0 && lmdb_flusher_start(e)) {
-    lmdb_ckpt_stop(e);
-    goto fail;
-  }
   if (lmdb_lock_init(&e->lock, &e->wake))
     goto fail_ckpt;
   e->wake_at = 1;
@@ -579,7 +563,6 @@ int lmdb_writer_start(lmdb_env *e) {
   }
   return 0;
 fail_ckpt:
-  lmdb_flusher_stop(e);
   lmdb_ckpt_stop(e);
 fail:
   free(e->batch);
@@ -609,7 +592,6 @@ void lmdb_writer_enqueue(lmdb_env *e, idem_req *req) {
 
 void lmdb_writer_stop(lmdb_env *e) {
   lmdb_thread_stop(e->writer, &e->lock, &e->wake, &e->stopping);
-  lmdb_flusher_stop(e);
   lmdb_ckpt_stop(e);
   if (e->wrtxn)
     mdb_txn_abort(e->wrtxn);
