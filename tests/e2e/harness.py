@@ -264,6 +264,8 @@ class Gateway(IdemProcess):
         self.args = list(args)
         self.port = port or free_port()
         self.admin_port = (admin_port or free_port()) if admin else None
+        # ports of its own choosing may move if another process takes one first
+        self._may_move = port is None and admin_port is None
         self.spool_dir = None
         if not _has_spool_arg(self.args):
             self.spool_dir = tempfile.mkdtemp(prefix="idem-spool-")
@@ -295,8 +297,19 @@ class Gateway(IdemProcess):
                 _spools.add(self.spool_dir)
         self._spawn("serve")
         deadline = time.monotonic() + timeout
+        moves = 0
         while True:
             if self.proc.poll() is not None:
+                taken = "address already in use" in self._current_err().lower()
+                if self._may_move and moves < 3 and taken:
+                    # free_port() answers what was free a moment ago; with
+                    # tests in parallel another process can take it first
+                    self._reap()
+                    self.port = free_port()
+                    self.admin_port = free_port() if self.admin_port else None
+                    moves += 1
+                    self._spawn("serve")
+                    continue
                 raise RuntimeError("idem serve exited %d before ready:\n%s"
                                    % (self.proc.returncode, self.stderr()))
             if "listening on" in self._current_err() and self._connects(self.port) and (
