@@ -37,6 +37,7 @@ struct gw_conn {
   gw_exchange *spare; /* the last one, emptied, for the next request */
   int refs;        /* open handles + active exchange */
   int timer_mode;
+  uint64_t due; /* loop ms when the deadline of timer_mode ends (timer_set) */
   gw_send_watch send;
   int closing;     /* uv_close called */
   int lingering;   /* answered with close: discarding input until EOF */
@@ -180,8 +181,26 @@ static void exchange_free(gw_exchange *ex) {
 
 static void on_timer(uv_timer_t *t);
 
+/* A keep-alive connection goes from T_REQUEST to T_NONE to T_IDLE and back
+ * on every request, and re-arming the timer each time costs libuv heap
+ * operations per request. So a deadline moves the timer only when it comes
+ * earlier than the one the timer is armed for; a timer that fires early
+ * re-arms for what is left (on_timer), and T_NONE leaves it armed, to fire
+ * for nothing. T_SEND's tick repeats: leaving it is a stop. */
 static void timer_set(gw_conn *c, int mode, int64_t ms) {
-  gw_timer_mode(&c->timer, &c->timer_mode, mode, ms, on_timer);
+  int was = c->timer_mode;
+  c->timer_mode = mode;
+  if (mode == T_NONE) {
+    if (was == T_SEND)
+      uv_timer_stop(&c->timer);
+    return;
+  }
+  uint64_t in = (uint64_t)ms;
+  c->due = uv_now(c->timer.loop) + in;
+  if (was != T_SEND && uv_is_active((uv_handle_t *)&c->timer) &&
+      uv_timer_get_due_in(&c->timer) <= in)
+    return;
+  uv_timer_start(&c->timer, on_timer, in, 0);
 }
 
 /* An answer's bytes wait in the write queue: watch that the client takes
@@ -231,6 +250,13 @@ static void on_timer(uv_timer_t *t) {
   gw_conn *c = t->data;
   if (c->timer_mode == T_SEND) {
     send_watch_tick(c);
+    return;
+  }
+  if (c->timer_mode == T_NONE)
+    return; /* armed for a deadline that ended early */
+  uint64_t now = uv_now(t->loop);
+  if (now < c->due) { /* armed for an earlier deadline than the current one */
+    uv_timer_start(t, on_timer, c->due - now, 0);
     return;
   }
   if (c->timer_mode == T_REQUEST && c->rp.started && !c->ex) {

@@ -1,6 +1,7 @@
 """Timeouts and bounds on every peer: --send-timeout for clients that do not
 read (replays, streamed pass-through), the memory such clients held coming
-back, --max-conns, and the admin listener's own timeouts and limit."""
+back, --max-conns, the admin listener's own timeouts and limit, and the
+client deadlines of a kept-alive connection."""
 
 import os
 import re
@@ -257,6 +258,44 @@ class AdminTimeouts(GatewayTestCase):
                 return False
         wait_for(healthy, 20, 0.1, "/healthz to answer after the connections left")
 
+
+
+class KeepAliveDeadlines(GatewayTestCase):
+    """A connection's one timer serves --client-timeout and --idle-timeout
+    in turn, and moves only when a deadline comes earlier than the one it is
+    armed for: each deadline must still hold after requests went by."""
+
+    def served_conn(self, gw, n=2):
+        c = RawConn(gw.port, timeout=30)
+        self.addCleanup(c.close)
+        for i in range(n):
+            c.send(request_bytes("GET", "/ka-%d" % i))
+            r = c.read_response(timeout=10)
+            self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        return c
+
+    def test_idle_timeout_shorter_than_the_client_timeout(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--idle-timeout", "1s", "--client-timeout", "30s")
+        c = self.served_conn(gw)
+        t0 = time.monotonic()
+        self.assertTrue(c.closed(timeout=8), "idle keep-alive connection open after 8 s "
+                        "with --idle-timeout 1s")
+        took = time.monotonic() - t0
+        self.assertGreaterEqual(took, 0.8, "closed %.2fs into a 1 s idle timeout" % took)
+
+    def test_client_timeout_shorter_than_the_idle_timeout(self):
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--idle-timeout", "60s", "--client-timeout", "1s")
+        c = self.served_conn(gw)
+        time.sleep(1.5)  # idle past the first request's deadline: the timer re-armed
+        c.send(b"POST /ka-slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhalf")
+        t0 = time.monotonic()
+        r = c.read_response(timeout=8)
+        took = time.monotonic() - t0
+        self.assertProblem(r, 408, self.gw_log())
+        self.assertGreaterEqual(took, 0.8, "408 %.2fs into a 1 s client timeout" % took)
+        self.assertLess(took, 6, "408 after %.1fs with --client-timeout 1s" % took)
 
 if __name__ == "__main__":
     main()
