@@ -182,8 +182,8 @@ static void exchange_free(gw_exchange *ex) {
 static void on_timer(uv_timer_t *t);
 
 /* A keep-alive connection goes from T_REQUEST to T_NONE to T_IDLE and back
- * on every request, and re-arming the timer each time costs libuv heap
- * operations per request. So a deadline moves the timer only when it comes
+ * on every request, and each re-arm is a removal from libuv's timer heap
+ * and an insertion. So a deadline moves the timer only when it comes
  * earlier than the one the timer is armed for; a timer that fires early
  * re-arms for what is left (on_timer), and T_NONE leaves it armed, to fire
  * for nothing. T_SEND's tick repeats: leaving it is a stop. */

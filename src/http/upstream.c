@@ -256,11 +256,10 @@ static const http_parser_settings rsettings = {
 
 /* One timer per connection serves both deadlines: --upstream-timeout while
  * connecting or busy, IDLE_CLOSE_MS while pooled. A pooled connection goes
- * from idle to busy and back on every request, and re-arming the timer each
- * time costs two heap operations per request in libuv; so the timer moves
- * only when a deadline comes earlier than the one it is armed for, and a
- * timer that fires early (the deadline moved later since) re-arms for what
- * is left. */
+ * from idle to busy and back on every request, and each re-arm is a removal
+ * from libuv's timer heap and an insertion; so the timer moves only when a
+ * deadline comes earlier than the one it is armed for, and a timer that
+ * fires early (the deadline moved later since) re-arms for what is left. */
 static void on_deadline(uv_timer_t *t) {
   up_conn *c = t->data;
   uint64_t now = uv_now(t->loop);
