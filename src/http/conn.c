@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "http/deadline.h"
 #include "http/gateway.h"
 #include "http/metrics.h"
 #include "http/policy.h"
@@ -182,11 +183,9 @@ static void exchange_free(gw_exchange *ex) {
 static void on_timer(uv_timer_t *t);
 
 /* A keep-alive connection goes from T_REQUEST to T_NONE to T_IDLE and back
- * on every request, and each re-arm is a removal from libuv's timer heap
- * and an insertion. So a deadline moves the timer only when it comes
- * earlier than the one the timer is armed for; a timer that fires early
- * re-arms for what is left (on_timer), and T_NONE leaves it armed, to fire
- * for nothing. T_SEND's tick repeats: leaving it is a stop. */
+ * on every request: the deadlines move the timer as deadline.h says, and
+ * T_NONE leaves it armed, to fire for nothing. T_SEND's tick repeats:
+ * leaving it is a stop. */
 static void timer_set(gw_conn *c, int mode, int64_t ms) {
   int was = c->timer_mode;
   c->timer_mode = mode;
@@ -195,12 +194,7 @@ static void timer_set(gw_conn *c, int mode, int64_t ms) {
       uv_timer_stop(&c->timer);
     return;
   }
-  uint64_t in = (uint64_t)ms;
-  c->due = uv_now(c->timer.loop) + in;
-  if (was != T_SEND && uv_is_active((uv_handle_t *)&c->timer) &&
-      uv_timer_get_due_in(&c->timer) <= in)
-    return;
-  uv_timer_start(&c->timer, on_timer, in, 0);
+  gw_deadline_set(&c->timer, &c->due, (uint64_t)ms, was != T_SEND, on_timer);
 }
 
 /* An answer's bytes wait in the write queue: watch that the client takes
@@ -254,11 +248,8 @@ static void on_timer(uv_timer_t *t) {
   }
   if (c->timer_mode == T_NONE)
     return; /* armed for a deadline that ended early */
-  uint64_t now = uv_now(t->loop);
-  if (now < c->due) { /* armed for an earlier deadline than the current one */
-    uv_timer_start(t, on_timer, c->due - now, 0);
+  if (gw_deadline_early(t, c->due, on_timer))
     return;
-  }
   if (c->timer_mode == T_REQUEST && c->rp.started && !c->ex) {
     send_error(c, 408, GW_OUT_CLIENT_TIMEOUT, "the request did not arrive in time");
     return;

@@ -2,6 +2,7 @@
 #include "http/upstream.h"
 
 #include "core/queue.h"
+#include "http/deadline.h"
 
 #include <ctype.h>
 #include <netdb.h>
@@ -254,19 +255,12 @@ static const http_parser_settings rsettings = {
     .on_message_complete = r_complete,
 };
 
-/* One timer per connection serves both deadlines: --upstream-timeout while
- * connecting or busy, IDLE_CLOSE_MS while pooled. A pooled connection goes
- * from idle to busy and back on every request, and each re-arm is a removal
- * from libuv's timer heap and an insertion; so the timer moves only when a
- * deadline comes earlier than the one it is armed for, and a timer that
- * fires early (the deadline moved later since) re-arms for what is left. */
+/* One timer per connection serves both deadlines (deadline.h):
+ * --upstream-timeout while connecting or busy, IDLE_CLOSE_MS while pooled. */
 static void on_deadline(uv_timer_t *t) {
   up_conn *c = t->data;
-  uint64_t now = uv_now(t->loop);
-  if (now < c->due) {
-    uv_timer_start(t, on_deadline, c->due - now, 0);
+  if (gw_deadline_early(t, c->due, on_deadline))
     return;
-  }
   c->deadline_armed = 0;
   if (c->state == UC_CONNECTING)
     finish(c, UP_CONNECT_FAILED);
@@ -276,12 +270,8 @@ static void on_deadline(uv_timer_t *t) {
 }
 
 static void arm_deadline(up_conn *c, uint64_t ms) {
-  c->due = uv_now(c->pool->loop) + ms;
-  if (c->deadline_armed && uv_is_active((uv_handle_t *)&c->timer) &&
-      uv_timer_get_due_in(&c->timer) <= ms)
-    return;
+  gw_deadline_set(&c->timer, &c->due, ms, c->deadline_armed, on_deadline);
   c->deadline_armed = 1;
-  uv_timer_start(&c->timer, on_deadline, ms, 0);
 }
 
 /* Run cb from the loop at its next turn (a failure found inside a call). */
