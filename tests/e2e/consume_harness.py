@@ -159,16 +159,13 @@ class Consumer(IdemProcess):
 
             def ready():
                 if self.proc.poll() is not None:
-                    if self.admin_port and moves < 3 and \
-                            "address already in use" in self._current_err().lower():
+                    if self.admin_port and moves < 3 and self.port_taken():
                         return "moved"
                     raise RuntimeError("idem consume exited %d:\n%s" % (self.proc.returncode,
                                                                        self.stderr()))
                 return "broker connected" in self._current_err()
             if wait_for(ready, timeout, what="idem consume to connect") != "moved":
                 return self
-            # free_port() answers what was free a moment ago; with tests in
-            # parallel another process can take it first
             self._reap()
             self.admin_port = free_port()
         return self

@@ -208,6 +208,12 @@ class IdemProcess:
         with open(self._errpath, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
+    def port_taken(self):
+        """Did the run that just ended fail on a port already in use?
+        free_port() answers what was free a moment ago; with tests in
+        parallel another process can take it first."""
+        return "address already in use" in self._current_err().lower()
+
     def stderr(self):
         """Everything the process printed, over all its runs."""
         return "".join(self._errs) + self._current_err()
@@ -300,10 +306,7 @@ class Gateway(IdemProcess):
         moves = 0
         while True:
             if self.proc.poll() is not None:
-                taken = "address already in use" in self._current_err().lower()
-                if self._may_move and moves < 3 and taken:
-                    # free_port() answers what was free a moment ago; with
-                    # tests in parallel another process can take it first
+                if self._may_move and moves < 3 and self.port_taken():
                     self._reap()
                     self.port = free_port()
                     self.admin_port = free_port() if self.admin_port else None
