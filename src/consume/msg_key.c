@@ -6,9 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/evp.h>
-
 #include "core/json_pointer.h"
+#include "core/sha256.h"
 
 int cs_key_source_parse(const char *text, cs_key_source *out, char *err, size_t len) {
   memset(out, 0, sizeof *out);
@@ -70,9 +69,8 @@ static int key_json(const cs_key_source *s, const cs_msg *m, char *out, char *wh
 }
 
 static int key_sha256(const cs_msg *m, char *out, char *why, size_t len) {
-  unsigned char md[32];
-  unsigned mdlen = 0;
-  if (!EVP_Digest(m->body, m->body_len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+  unsigned char md[IDEM_SHA256_LEN];
+  if (idem_sha256_digest(m->body, m->body_len, md)) {
     snprintf(why, len, "cannot hash the body");
     return -1;
   }

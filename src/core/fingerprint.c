@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "core/be64.h"
+#include "core/sha256.h"
 #include "idem/idem.h"
 
 static int digest_field(EVP_MD_CTX *ctx, const void *data, size_t len) {
@@ -29,7 +30,7 @@ static int digest(const char *method, const char *target, const void *body,
   unsigned int n = 0;
   int ok;
   if (!ctx) return IDEM_ENOMEM;
-  ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
+  ok = EVP_DigestInit_ex2(ctx, idem_sha256(), NULL) == 1 &&
        digest_field(ctx, method, strlen(method)) == 0 &&
        digest_field(ctx, target, strlen(target)) == 0 &&
        digest_field(ctx, body, body_len) == 0 &&

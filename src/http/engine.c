@@ -632,8 +632,9 @@ static void handle(gw_exchange *ex) {
   case POLICY_KEY_OK:
     break;
   }
-  policy_scope(ex->w->cfg, &r->headers, ex->idem.scope);
-  int rc = policy_fingerprint(p, r, ex->idem.fp);
+  int rc = policy_scope(ex->w->cfg, &r->headers, ex->idem.scope);
+  if (!rc)
+    rc = policy_fingerprint(p, r, ex->idem.fp);
   if (rc && shadow(ex)) {
     forward(ex); /* nothing to compare it with: let it through */
     return;

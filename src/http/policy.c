@@ -6,9 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/sha.h>
-
 #include "core/json_pointer.h"
+#include "core/sha256.h"
 
 int policy_method_has_semantics(const gw_policy *p, const char *method) {
   return p->mode != GW_MODE_OFF && gw_policy_has_method(p, method);
@@ -193,22 +192,24 @@ int policy_fingerprint(const gw_policy *p, const gw_request *r, uint8_t out[IDEM
   return idem_fingerprint(r->method, target, r->body.p, r->body.len, flags, out);
 }
 
-void policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
+int policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
   out[0] = 0;
   if (!cfg->scope_header[0])
-    return;
+    return 0;
   size_t len = 0;
   const char *v = gw_headers_get(h, cfg->scope_header, &len, NULL);
   if (!v)
-    return;
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256((const unsigned char *)v, len, md);
+    return 0;
+  unsigned char md[IDEM_SHA256_LEN];
+  if (idem_sha256_digest(v, len, md))
+    return IDEM_ENOMEM; /* never the unscoped space instead */
   static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+  for (int i = 0; i < IDEM_SHA256_LEN; i++) {
     out[2 * i] = hex[md[i] >> 4];
     out[2 * i + 1] = hex[md[i] & 15];
   }
   out[64] = 0;
+  return 0;
 }
 
 int policy_kept_headers(const gw_policy *p, const gw_buf *block, gw_buf *out) {
