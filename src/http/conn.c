@@ -504,10 +504,19 @@ static int write_head(gw_exchange *ex, int status, const char *headers, size_t h
   h->len = 0;
   ex->status = status;
   int err = gw_buf_reserve(h, headers_len + 128);
-  err |= gw_buf_printf(h, "HTTP/1.1 %d %s\r\n", status, policy_reason(status));
+  /* appended piece by piece: this runs for every answer, and printf's
+   * format parsing showed in profiles */
+  err |= gw_buf_puts(h, "HTTP/1.1 ");
+  err |= gw_buf_u64(h, (uint64_t)status);
+  err |= gw_buf_puts(h, " ");
+  err |= gw_buf_puts(h, policy_reason(status));
+  err |= gw_buf_puts(h, "\r\n");
   err |= gw_buf_append(h, headers, headers_len);
-  if (content_length >= 0)
-    err |= gw_buf_printf(h, "Content-Length: %lld\r\n", (long long)content_length);
+  if (content_length >= 0) {
+    err |= gw_buf_puts(h, "Content-Length: ");
+    err |= gw_buf_u64(h, (uint64_t)content_length);
+    err |= gw_buf_puts(h, "\r\n");
+  }
   if (chunked)
     err |= gw_buf_puts(h, "Transfer-Encoding: chunked\r\n");
   if (close)

@@ -82,7 +82,7 @@ static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
     size_t len = 0;
     const char *cl = gw_headers_get(&up->headers, "Content-Length", &len, NULL);
     if (cl)
-      gw_buf_printf(h, "Content-Length: %.*s\r\n", (int)len, cl);
+      gw_buf_header(h, "Content-Length", 14, cl, len);
     flags |= GW_RESP_OWN_CL;
   }
   gw_conn_respond(ex, up->status, h->p, h->len, up->body.p, up->body.len, flags);
@@ -237,7 +237,7 @@ static void on_stream_head(void *arg, upstream_response *up) {
   const char *cl = gw_headers_get(&up->headers, "Content-Length", &len, NULL);
   int bodyless = r->is_head || status == 204 || status == 304 || status < 200;
   if (cl && (bodyless ? r->is_head : 1))
-    gw_buf_printf(h, "Content-Length: %.*s\r\n", (int)len, cl);
+    gw_buf_header(h, "Content-Length", 14, cl, len);
   else if (!bodyless)
     mode = r->http_minor >= 1 ? GW_STREAM_CHUNKED : GW_STREAM_CLOSE;
   gw_conn_stream_begin(ex, status, h->p, h->len, mode);
@@ -432,13 +432,12 @@ static void forward(gw_exchange *ex) {
       continue; /* named by Connection: hop-by-hop too */
     if (gw_ieq(name, nlen, "Host"))
       has_host = 1;
-    err |= gw_buf_append(b, name, nlen);
-    err |= gw_buf_append(b, ": ", 2);
-    err |= gw_buf_append(b, gw_header_value(h, i), h->v[i].value_len);
-    err |= gw_buf_append(b, "\r\n", 2);
+    err |= gw_buf_header(b, name, nlen, gw_header_value(h, i), h->v[i].value_len);
   }
-  if (!has_host)
-    err |= gw_buf_printf(b, "Host: %s\r\n", ex->w->cfg->upstream_authority);
+  if (!has_host) {
+    const char *host = ex->w->cfg->upstream_authority;
+    err |= gw_buf_header(b, "Host", 4, host, strlen(host));
+  }
   if (ex->idem.claimed) {
     err |= gw_buf_puts(b, "Idempotency-Fence: ");
     err |= gw_buf_u64(b, ex->idem.fence);

@@ -65,6 +65,17 @@ int gw_buf_u64(gw_buf *b, uint64_t v) {
   return gw_buf_append(b, tmp + n, sizeof tmp - n);
 }
 
+int gw_buf_header(gw_buf *b, const char *name, size_t name_len, const char *value,
+                  size_t value_len) {
+  if (gw_buf_reserve(b, name_len + value_len + 4)) /* whole or not at all */
+    return -1;
+  gw_buf_append(b, name, name_len);
+  gw_buf_append(b, ": ", 2);
+  gw_buf_append(b, value, value_len);
+  gw_buf_append(b, "\r\n", 2);
+  return 0;
+}
+
 void gw_buf_free(gw_buf *b) {
   free(b->p);
   b->p = NULL;

@@ -23,6 +23,9 @@ int gw_buf_printf(gw_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Append a decimal number (no printf on the request path). */
 int gw_buf_u64(gw_buf *b, uint64_t v);
+/* Append the header line "name: value\r\n". */
+int gw_buf_header(gw_buf *b, const char *name, size_t name_len, const char *value,
+                  size_t value_len);
 void gw_buf_free(gw_buf *b);
 /* Empty b; keep its memory unless it holds more than keep_max bytes. */
 void gw_buf_recycle(gw_buf *b, size_t keep_max);

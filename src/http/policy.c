@@ -388,9 +388,7 @@ int policy_replayable_headers(const gw_headers *h, gw_buf *out) {
       continue;
     if (conn && gw_has_token(conn, clen, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
-    if (gw_buf_append(out, name, nlen) || gw_buf_append(out, ": ", 2) ||
-        gw_buf_append(out, gw_header_value(h, i), h->v[i].value_len) ||
-        gw_buf_append(out, "\r\n", 2))
+    if (gw_buf_header(out, name, nlen, gw_header_value(h, i), h->v[i].value_len))
       return -1;
   }
   /* an empty block still needs a valid pointer */
