@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-int gw_buf_reserve(gw_buf *b, size_t extra) {
+int gw_buf_grow(gw_buf *b, size_t extra) {
   if (b->cap - b->len >= extra)
     return 0;
   size_t cap = b->cap ? b->cap : 256;
@@ -23,18 +23,6 @@ int gw_buf_reserve(gw_buf *b, size_t extra) {
   b->cap = cap;
   return 0;
 }
-
-int gw_buf_append(gw_buf *b, const void *data, size_t len) {
-  if (len == 0)
-    return 0;
-  if (gw_buf_reserve(b, len))
-    return -1;
-  memcpy(b->p + b->len, data, len);
-  b->len += len;
-  return 0;
-}
-
-int gw_buf_puts(gw_buf *b, const char *s) { return gw_buf_append(b, s, strlen(s)); }
 
 int gw_buf_printf(gw_buf *b, const char *fmt, ...) {
   va_list ap;
@@ -184,10 +172,6 @@ int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t le
   return 0;
 }
 
-int gw_ieq(const char *s, size_t len, const char *lit) {
-  return strlen(lit) == len && strncasecmp(s, lit, len) == 0;
-}
-
 const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
                            int *count) {
   const char *found = NULL;
@@ -224,16 +208,28 @@ int gw_has_token(const char *value, size_t len, const char *token, size_t tlen) 
   return 0;
 }
 
+/* RFC 9110 tchar: DIGIT, ALPHA and !#$%&'*+-.^_`|~ */
+static const unsigned char tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
+    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
+    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1,
+    ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
+    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
+    ['y'] = 1, ['z'] = 1,
+};
+
 int gw_is_token(const char *s, size_t len) {
   if (!len)
     return 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-      continue;
-    if (!c || !strchr("!#$%&'*+-.^_`|~", c))
+  for (size_t i = 0; i < len; i++)
+    if (!tchar[(unsigned char)s[i]])
       return 0;
-  }
   return 1;
 }
 

@@ -9,16 +9,32 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 typedef struct {
   char *p;
   size_t len, cap;
 } gw_buf;
 
-/* Each returns 0 or -1 when out of memory (buffer unchanged). */
-int gw_buf_reserve(gw_buf *b, size_t extra);
-int gw_buf_append(gw_buf *b, const void *data, size_t len);
-int gw_buf_puts(gw_buf *b, const char *s);
+/* Each returns 0 or -1 when out of memory (buffer unchanged). Reserve,
+ * append and puts are inline where the room is already there (most calls:
+ * a request's buffers are reused), so that a literal's length is known at
+ * compile time; gw_buf_grow is the rest. */
+int gw_buf_grow(gw_buf *b, size_t extra);
+static inline int gw_buf_reserve(gw_buf *b, size_t extra) {
+  return b->cap - b->len >= extra ? 0 : gw_buf_grow(b, extra);
+}
+static inline int gw_buf_append(gw_buf *b, const void *data, size_t len) {
+  if (len == 0)
+    return 0;
+  if (gw_buf_reserve(b, len))
+    return -1;
+  memcpy(b->p + b->len, data, len);
+  b->len += len;
+  return 0;
+}
+static inline int gw_buf_puts(gw_buf *b, const char *s) { return gw_buf_append(b, s, strlen(s)); }
 int gw_buf_printf(gw_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Append a decimal number (no printf on the request path). */
@@ -69,8 +85,12 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
  * none (the old value's bytes stay, unused). 0 or -1 when out of memory. */
 int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t len);
 
-/* Case-insensitive equality of a (ptr, len) string with a C string. */
-int gw_ieq(const char *s, size_t len, const char *lit);
+/* Case-insensitive equality of a (ptr, len) string with a C string. Inline,
+ * so that the length of a literal is known at compile time and most
+ * comparisons end at it: header names are compared many times a request. */
+static inline int gw_ieq(const char *s, size_t len, const char *lit) {
+  return strlen(lit) == len && strncasecmp(s, lit, len) == 0;
+}
 
 /* The last step of something closed asynchronously: free p, then tell its
  * owner (done may be NULL). */

@@ -266,6 +266,40 @@ static void test_absolute_form_rewritten(void **state) {
   expect_error(S("GET http://h/a HTTP/1.1\r\n\r\n"), 400);
 }
 
+/* Every byte against RFC 9110's tchar, written out as the grammar has it. */
+static void test_token_bytes(void **state) {
+  (void)state;
+  for (int c = 0; c < 256; c++) {
+    char s[3] = {'a', (char)c, 'b'};
+    int want = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+               (c && strchr("!#$%&'*+-.^_`|~", c));
+    assert_int_equal(gw_is_token(s, sizeof s), want);
+    assert_int_equal(gw_is_token(s + 1, 1), want);
+  }
+  assert_false(gw_is_token("", 0));
+  assert_true(gw_is_token("Idempotency-Key", 15));
+  assert_false(gw_is_token("Bad Name", 8));
+  assert_false(gw_is_token("Name:", 5));
+}
+
+/* gw_ieq and the inline buffer appends (msg.h): lengths decide first. */
+static void test_buffer_and_names(void **state) {
+  (void)state;
+  assert_true(gw_ieq("content-LENGTH", 14, "Content-Length"));
+  assert_false(gw_ieq("Content-Lengt", 13, "Content-Length"));
+  assert_false(gw_ieq("Content-Lengths", 15, "Content-Length"));
+  gw_buf b = {0};
+  for (int i = 0; i < 100; i++) /* grows past the first 256 bytes */
+    assert_int_equal(gw_buf_header(&b, "X-N", 3, "v", 1), 0);
+  assert_int_equal(b.len, 100 * strlen("X-N: v\r\n"));
+  assert_memory_equal(b.p + 99 * 8, "X-N: v\r\n", 8);
+  assert_int_equal(gw_buf_puts(&b, ""), 0);
+  assert_int_equal(gw_buf_u64(&b, 18446744073709551615u), 0);
+  assert_memory_equal(b.p + 800, "18446744073709551615", 20);
+  assert_int_equal(b.len, 820);
+  gw_buf_free(&b);
+}
+
 static void test_eof_and_partial(void **state) {
   (void)state;
   gw_reqparser rp;
@@ -285,6 +319,8 @@ int main(void) {
       cmocka_unit_test(test_expect_continue_and_versions),
       cmocka_unit_test(test_trailers_dropped),
       cmocka_unit_test(test_eof_and_partial),
+      cmocka_unit_test(test_token_bytes),
+      cmocka_unit_test(test_buffer_and_names),
       cmocka_unit_test(test_target_check),
       cmocka_unit_test(test_absolute_form_rewritten),
   };
