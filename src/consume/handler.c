@@ -30,28 +30,32 @@ static int header_ok(const cs_header *h) {
   return 1;
 }
 
+/* Appended piece by piece, as the gateway's heads are (http/conn.c): this
+ * runs for every message. */
 int cs_handler_head(const cs_config *cfg, const cs_msg *m, const char *key, uint64_t fence,
                     gw_buf *out) {
-  int rc = gw_buf_printf(out, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\n"
-                              "Content-Length: %zu\r\nIdempotency-Key: ",
-                         cfg->to_path, cfg->to_authority,
-                         m->content_type && !strpbrk(m->content_type, "\r\n")
-                             ? m->content_type
-                             : "application/octet-stream",
-                         m->body_len);
-  rc = rc || put_key(out, key) || gw_buf_puts(out, "\r\n");
+  const char *type = m->content_type && !strpbrk(m->content_type, "\r\n")
+                         ? m->content_type
+                         : "application/octet-stream";
+  int rc = gw_buf_puts(out, "POST ") || gw_buf_puts(out, cfg->to_path) ||
+           gw_buf_puts(out, " HTTP/1.1\r\nHost: ") || gw_buf_puts(out, cfg->to_authority) ||
+           gw_buf_puts(out, "\r\nContent-Type: ") || gw_buf_puts(out, type) ||
+           gw_buf_puts(out, "\r\nContent-Length: ") || gw_buf_u64(out, m->body_len) ||
+           gw_buf_puts(out, "\r\nIdempotency-Key: ") || put_key(out, key) ||
+           gw_buf_puts(out, "\r\n");
   if (fence)
     rc = rc || gw_buf_puts(out, "Idempotency-Fence: ") || gw_buf_u64(out, fence) ||
          gw_buf_puts(out, "\r\n");
   if (!strpbrk(m->id, "\r\n"))
-    rc = rc || gw_buf_printf(out, "X-Idem-Message-Id: %s\r\n", m->id);
-  rc = rc || gw_buf_printf(out, "X-Idem-Deliveries: %u\r\n", m->deliveries);
+    rc = rc || gw_buf_header(out, "X-Idem-Message-Id", 17, m->id, strlen(m->id));
+  rc = rc || gw_buf_puts(out, "X-Idem-Deliveries: ") || gw_buf_u64(out, m->deliveries) ||
+       gw_buf_puts(out, "\r\n");
   for (size_t i = 0; i < m->nheaders && !rc; i++) {
     const cs_header *h = &m->headers[i];
     if (!header_ok(h))
       continue;
-    rc = gw_buf_printf(out, "X-Idem-Header-%s: ", h->name) ||
-         gw_buf_append(out, h->value, h->value_len) || gw_buf_puts(out, "\r\n");
+    rc = gw_buf_puts(out, "X-Idem-Header-") ||
+         gw_buf_header(out, h->name, strlen(h->name), h->value, h->value_len);
   }
   return rc || gw_buf_puts(out, "\r\n") ? -1 : 0;
 }
