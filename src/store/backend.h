@@ -78,8 +78,12 @@ struct idem_store {
   void (*cache_learn)(idem_store *store, const idem_req *req);
   uv_loop_t *loop;
   void *impl;
-  /* completed reqs waiting to be called back on the loop */
+  /* completed reqs waiting to be called back on the loop: woken by the
+   * async from any thread, and by the check handle at the end of the same
+   * loop iteration for reqs a backend finished inside submit (store.c) */
   uv_async_t done_async;
+  uv_check_t done_check;
+  int handles_open; /* of done_async and done_check, while closing */
   pthread_mutex_t done_lock;
   idem_queue done;
   size_t in_flight; /* submitted, not yet called back (loop thread only) */

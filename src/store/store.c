@@ -46,6 +46,8 @@ static char *message(const char *text, const char *uri) {
 
 static void on_store_freed(uv_handle_t *handle) {
   idem_store *store = handle->data;
+  if (--store->handles_open)
+    return; /* the other handle's close is still to come */
   if (store->close_cb)
     store->close_cb(store, store->close_arg);
   idem_cache_release(store->cache);
@@ -53,17 +55,21 @@ static void on_store_freed(uv_handle_t *handle) {
   free(store);
 }
 
+static void close_handles(idem_store *store) {
+  store->closing = 2; /* handle close under way */
+  store->handles_open = 2;
+  uv_close((uv_handle_t *)&store->done_async, on_store_freed);
+  uv_close((uv_handle_t *)&store->done_check, on_store_freed);
+}
+
 static void finish_close_if_idle(idem_store *store) {
   if (store->closing == 1 && store->backend_closed && store->in_flight == 0 &&
-      !store->cache_store) {
-    store->closing = 2; /* handle close under way */
-    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
-  }
+      !store->cache_store)
+    close_handles(store);
 }
 
 /* Deliver every finished req on the loop thread, in the order finished. */
-static void on_done(uv_async_t *async) {
-  idem_store *store = async->data;
+static void deliver(idem_store *store) {
   idem_queue done;
   idem_req *req;
   pthread_mutex_lock(&store->done_lock);
@@ -80,6 +86,16 @@ static void on_done(uv_async_t *async) {
   finish_close_if_idle(store);
 }
 
+static void on_done(uv_async_t *async) { deliver(async->data); }
+
+static void on_done_check(uv_check_t *check) {
+  uv_check_stop(check);
+  deliver(check->data);
+}
+
+/* The store whose submit this thread is inside, if any (see idem_req_finish). */
+static _Thread_local idem_store *submitting;
+
 void idem_req_finish(idem_req *req) {
   idem_store *store = req->store;
   pthread_mutex_lock(&store->done_lock);
@@ -88,9 +104,17 @@ void idem_req_finish(idem_req *req) {
    * deliver it, find nothing in flight, close and free the store; a send
    * made after the unlock could then touch freed memory (a handle closed
    * while another thread, such as the LMDB writer shared with other
-   * handles, still finishes its reqs). on_done takes this lock first. */
+   * handles, still finishes its reqs). deliver takes this lock first. */
   uv_async_send(&store->done_async);
   pthread_mutex_unlock(&store->done_lock);
+  /* Finished inside submit (memory:, a read answered from an LMDB snapshot,
+   * a cache hit): this is the loop thread, and the req can be delivered at
+   * the end of this loop iteration (check phase) rather than when the next
+   * one polls the async among every other ready socket. The async stays
+   * sent: submit may run before the poll (a timer's callback), and the
+   * check phase comes only after it; whichever runs first delivers. */
+  if (submitting == store)
+    uv_check_start(&store->done_check, on_done_check);
 }
 
 void idem_req_fail(idem_req *req, int err) {
@@ -129,17 +153,21 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   store->backend = backend;
   store->loop = loop;
   idem_queue_init(&store->done);
-  if (pthread_mutex_init(&store->done_lock, NULL) ||
-      uv_async_init(loop, &store->done_async, on_done)) {
+  if (pthread_mutex_init(&store->done_lock, NULL)) {
     free(store);
     return IDEM_ENOMEM;
   }
+  if (uv_async_init(loop, &store->done_async, on_done)) {
+    pthread_mutex_destroy(&store->done_lock);
+    free(store);
+    return IDEM_ENOMEM;
+  }
+  uv_check_init(loop, &store->done_check); /* cannot fail */
   store->done_async.data = store;
+  store->done_check.data = store;
   int err = backend->open(store, uri, errmsg);
   if (err) {
-    /* nothing was submitted: the only thing to release is the async handle */
-    store->closing = 2;
-    uv_close((uv_handle_t *)&store->done_async, on_store_freed);
+    close_handles(store); /* nothing was submitted: only the handles to release */
     return err;
   }
   *out = store;
@@ -266,8 +294,11 @@ static int submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
   req->arg = arg;
   req->store = store;
   store->in_flight++;
+  idem_store *outer = submitting; /* a cache tier submits to its own store */
+  submitting = store;
   if (!store->cache_answer || !store->cache_answer(store, req))
     store->backend->submit(store, req);
+  submitting = outer;
   return 0;
 }
 
