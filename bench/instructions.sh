@@ -16,6 +16,8 @@
 # once BASE (200) requests, once BASE + --requests. The difference of the two
 # totals over --requests is the cost of one request (the whole process, all
 # threads: the LMDB writer and checkpointer included), without start-up.
+# With redis-server installed, the same for `idem consume --store memory:`
+# draining a Redis stream into nginx: instructions per message.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -69,15 +71,80 @@ per_request() {
   echo $(((high - low) / REQUESTS))
 }
 
+# consume_total IDEM N: callgrind's total for `idem consume` (memory:) draining
+# N entries of a Redis stream into nginx's fixed 200
+consume_total() {
+  local bin=$1 n=$2 rport vpid
+  rport=$(free_port)
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" \
+    >"$TMP/redis.log" 2>&1 &
+  local rpid=$!
+  wait_port "$rport" "$rpid" redis-server
+  python3 - "$rport" "$n" "$BODY" <<'EOF2'
+import socket, sys
+port, n, body = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].encode()
+s = socket.create_connection(("127.0.0.1", port))
+out = b""
+for i in range(n):
+    args = [b"XADD", b"s", b"*", b"message_id", b"m-%d" % i, b"body", body]
+    out += b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+s.sendall(out)
+data = b""
+while data.count(b"\r\n") < n:
+    data += s.recv(65536)
+EOF2
+  valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" "$bin" consume \
+    --from "redis://127.0.0.1:$rport?stream=s&group=g" --to "http://127.0.0.1:$UP_PORT/h" \
+    --store memory:instr 2>"$TMP/vg.err" &
+  vpid=$!
+  python3 - "$rport" "$n" <<'EOF2'
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def groups():
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"*3\r\n$5\r\nXINFO\r\n$6\r\nGROUPS\r\n$1\r\ns\r\n")
+    d = s.recv(65536)
+    s.close()
+    return d
+deadline = time.time() + 600
+while b"pending\r\n:0\r\n" not in (d := groups()) or b"entries-read\r\n:%d\r\n" % n not in d:
+    if time.time() > deadline:
+        sys.exit("instructions.sh: the consumer did not drain the stream: %r" % d)
+    time.sleep(0.2)
+EOF2
+  kill -TERM "$vpid"
+  wait "$vpid" || true
+  kill -TERM "$rpid"
+  wait "$rpid" || true
+  awk '/^totals:/ { print $2 }' "$TMP/cg.out"
+}
+
+per_message() {
+  local low high
+  low=$(consume_total "$1" "$BASE")
+  high=$(consume_total "$1" $((BASE + REQUESTS)))
+  echo $(((high - low) / REQUESTS))
+}
+
 rows=()
+if command -v redis-server >/dev/null; then
+  a=$(per_message "$A")
+  if [ -n "$B" ]; then
+    b=$(per_message "$B")
+    rows+=("| consume, Redis stream | memory | $a | $b | $(python3 -c "print('%.3f' % ($b / $a))") |")
+  else
+    rows+=("| consume, Redis stream | memory | $a |")
+  fi
+  echo "${rows[-1]}" >&2
+fi
 for store in memory lmdb; do
   for mode in unique replay; do
     a=$(per_request "$A" "$store" "$mode")
     if [ -n "$B" ]; then
       b=$(per_request "$B" "$store" "$mode")
-      rows+=("| $store | $mode | $a | $b | $(python3 -c "print('%.3f' % ($b / $a))") |")
+      rows+=("| serve | $store, $mode keys | $a | $b | $(python3 -c "print('%.3f' % ($b / $a))") |")
     else
-      rows+=("| $store | $mode | $a |")
+      rows+=("| serve | $store, $mode keys | $a |")
     fi
     echo "${rows[-1]}" >&2
   done
@@ -90,18 +157,20 @@ report() {
   echo
   echo "Each figure: callgrind's instruction total for $((BASE + REQUESTS)) requests minus the"
   echo "total for $BASE, over $REQUESTS; one \`idem serve --workers 1\`, the whole process"
-  echo "(loop, LMDB writer and checkpointer), one client, one request at a time. User-space"
-  echo "instructions only: not the kernel's socket and disk work, not waiting."
+  echo "(loop, LMDB writer and checkpointer), one client, one request at a time. For consume:"
+  echo "\`idem consume --store memory:\` draining as many entries of a Redis stream (a message"
+  echo "counts as a request). User-space instructions only: not the kernel's socket and disk"
+  echo "work, not waiting."
   echo
   if [ -n "$B" ]; then
     echo "A: \`$A\`; B: \`$B\`."
     echo
-    echo "| store | keys | A instructions/request | B instructions/request | B / A |"
+    echo "| front door | store, workload | A instructions/request | B instructions/request | B / A |"
     echo "| --- | --- | ---: | ---: | ---: |"
   else
     echo "Build: \`$A\`."
     echo
-    echo "| store | keys | instructions/request |"
+    echo "| front door | store, workload | instructions/request |"
     echo "| --- | --- | ---: |"
   fi
   printf '%s\n' "${rows[@]}"
