@@ -23,6 +23,12 @@
 #include "core/be64.h"
 #include "store/lmdb_env.h"
 
+/* Measured (lmdb_bench group 64, 3 paired runs each, a disk that flushes in
+ * 0.15 ms): a checkpoint's two flushes delay the log batches queued behind
+ * them on the same device. The pair p99 was 8.3 to 9.6 ms at 50 ms, 6.9 to
+ * 7.8 at 250 ms, 5.6 to 6.6 at 1000 ms; pairs/s within the noise (46k to
+ * 57k). Kept at 50: a longer interval holds more in the overlay and the log,
+ * and gave no throughput in the gateway (0.99x at 250 ms). */
 #define CKPT_INTERVAL_MS 50
 #define CKPT_RETRY_MS 100
 

@@ -108,6 +108,10 @@
  *   0.91x gateway unique keys at 64 connections, 0.95x at 256, 0.94x
  *   lmdb_bench (bench/results/ab_pipelined_flush.md). Batches shrink, and
  *   the extra hand-off costs more than the overlap on two cores.
+ * - The gather window at an eighth or a half of the last cycle instead of a
+ *   quarter, on a disk that flushes in 0.15 ms (cycle 0.45 ms): 1.003x and
+ *   0.999x the gateway's unique keys on LMDB at 64 connections (ab_bench,
+ *   10 and 6 paired rounds). The window does not set the pace there.
  * - The bench now reports the ceiling these figures set: a batch commit
  *   costs about 1.2x a single one inside LMDB (same two flushes, twice the
  *   bytes), so even a writer that never waited for its callers would reach
