@@ -69,13 +69,10 @@ static int key_json(const cs_key_source *s, const cs_msg *m, char *out, char *wh
 }
 
 static int key_sha256(const cs_msg *m, char *out, char *why, size_t len) {
-  unsigned char md[IDEM_SHA256_LEN];
-  if (idem_sha256_digest(m->body, m->body_len, md)) {
+  if (idem_sha256_hex(m->body, m->body_len, out)) {
     snprintf(why, len, "cannot hash the body");
     return -1;
   }
-  for (int i = 0; i < 32; i++)
-    snprintf(out + 2 * i, 3, "%02x", md[i]);
   return 0;
 }
 

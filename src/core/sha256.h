@@ -22,4 +22,7 @@ const EVP_MD *idem_sha256(void);
 /* out = SHA-256(data[0..len)): 0, or -1 when OpenSSL cannot allocate. */
 int idem_sha256_digest(const void *data, size_t len, unsigned char out[IDEM_SHA256_LEN]);
 
+/* The same as 64 lowercase hex digits and a NUL: 0, or -1 (out untouched). */
+int idem_sha256_hex(const void *data, size_t len, char out[2 * IDEM_SHA256_LEN + 1]);
+
 #endif

@@ -200,16 +200,8 @@ int policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
   const char *v = gw_headers_get(h, cfg->scope_header, &len, NULL);
   if (!v)
     return 0;
-  unsigned char md[IDEM_SHA256_LEN];
-  if (idem_sha256_digest(v, len, md))
-    return IDEM_ENOMEM; /* never the unscoped space instead */
-  static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < IDEM_SHA256_LEN; i++) {
-    out[2 * i] = hex[md[i] >> 4];
-    out[2 * i + 1] = hex[md[i] & 15];
-  }
-  out[64] = 0;
-  return 0;
+  /* never the unscoped space instead */
+  return idem_sha256_hex(v, len, out) ? IDEM_ENOMEM : 0;
 }
 
 int policy_kept_headers(const gw_policy *p, const gw_buf *block, gw_buf *out) {

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 
 #include <lmdb.h>
-#include <openssl/evp.h>
 
 #include "core/be64.h"
 #include "core/scoped_key.h"
+#include "core/sha256.h"
 #include "http/metrics.h"
 #include "http/policy.h"
 
@@ -139,11 +139,10 @@ static void store_identity(const char *uri, char *out, size_t len) {
 int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *err,
                   size_t errlen) {
   gw_spool *sp = calloc(1, sizeof *sp);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned dlen = 0;
+  unsigned char digest[IDEM_SHA256_LEN];
   char id[4200];
   store_identity(store_uri, id, sizeof id);
-  if (!sp || EVP_Digest(id, strlen(id), digest, &dlen, EVP_sha256(), NULL) != 1) {
+  if (!sp || idem_sha256_digest(id, strlen(id), digest)) {
     free(sp);
     snprintf(err, errlen, "out of memory");
     return -1;

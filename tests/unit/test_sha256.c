@@ -31,6 +31,14 @@ static void test_known_answers(void **state) {
                 "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 
+static void test_hex(void **state) {
+  (void)state;
+  char out[2 * IDEM_SHA256_LEN + 1];
+  memset(out, 'x', sizeof out);
+  assert_int_equal(idem_sha256_hex("abc", 3, out), 0);
+  assert_string_equal(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
 static void *fetch_in_thread(void *arg) {
   *(const EVP_MD **)arg = idem_sha256();
   return NULL;
@@ -52,5 +60,5 @@ static void test_one_implementation_for_all_threads(void **state) {
     assert_ptr_equal(seen[i], md);
 }
 
-UNIT_TESTS(cmocka_unit_test(test_known_answers),
+UNIT_TESTS(cmocka_unit_test(test_known_answers), cmocka_unit_test(test_hex),
            cmocka_unit_test(test_one_implementation_for_all_threads))
