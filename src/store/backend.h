@@ -83,7 +83,6 @@ struct idem_store {
    * loop iteration for reqs a backend finished inside submit (store.c) */
   uv_async_t done_async;
   uv_check_t done_check;
-  int handles_open; /* of done_async and done_check, while closing */
   pthread_mutex_t done_lock;
   idem_queue done;
   size_t in_flight; /* submitted, not yet called back (loop thread only) */

@@ -46,8 +46,6 @@ static char *message(const char *text, const char *uri) {
 
 static void on_store_freed(uv_handle_t *handle) {
   idem_store *store = handle->data;
-  if (--store->handles_open)
-    return; /* the other handle's close is still to come */
   if (store->close_cb)
     store->close_cb(store, store->close_arg);
   idem_cache_release(store->cache);
@@ -55,11 +53,15 @@ static void on_store_freed(uv_handle_t *handle) {
   free(store);
 }
 
+/* The async's close, then the check's, then the store is freed. */
+static void on_async_closed(uv_handle_t *handle) {
+  idem_store *store = handle->data;
+  uv_close((uv_handle_t *)&store->done_check, on_store_freed);
+}
+
 static void close_handles(idem_store *store) {
   store->closing = 2; /* handle close under way */
-  store->handles_open = 2;
-  uv_close((uv_handle_t *)&store->done_async, on_store_freed);
-  uv_close((uv_handle_t *)&store->done_check, on_store_freed);
+  uv_close((uv_handle_t *)&store->done_async, on_async_closed);
 }
 
 static void finish_close_if_idle(idem_store *store) {
