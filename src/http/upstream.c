@@ -5,10 +5,12 @@
 #include "http/deadline.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <http_parser.h>
 
@@ -82,6 +84,30 @@ static void idle_unlink(up_conn *c) {
 static up_conn *idle_first(const upstream_pool *pool) {
   idem_queue *node = idem_queue_head(&pool->idle);
   return node ? IDEM_QUEUE_DATA(node, up_conn, idle_link) : NULL;
+}
+
+/* Whether the upstream closed an idle connection (or sent on it) after the
+ * loop last polled it: its FIN is in the kernel, but read_cb has not run.
+ * A request sent there breaks with nothing back, and one that is not safe
+ * to retry (a keyed POST) then fails as if it may have run. One peek per
+ * reuse keeps such a connection out. */
+static int idle_gone(up_conn *c) {
+  uv_os_fd_t fd;
+  char byte;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd))
+    return 1;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* The most recently used idle connection still open, unlinked; or NULL. */
+static up_conn *idle_take(upstream_pool *pool) {
+  up_conn *c;
+  while ((c = idle_first(pool)) && idle_gone(c))
+    conn_close(c);
+  if (c)
+    idle_unlink(c);
+  return c;
 }
 
 
@@ -569,10 +595,8 @@ void upstream_abort(upstream_response *resp) {
 void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
                    int is_head, int retry_safe, const upstream_stream *stream,
                    upstream_response *resp, upstream_cb cb, void *arg) {
-  up_conn *c = idle_first(pool);
-  if (c)
-    idle_unlink(c);
-  else {
+  up_conn *c = idle_take(pool);
+  if (!c) {
     c = calloc(1, sizeof *c);
     if (!c) {
       /* no memory for a connection: nothing was sent */
