@@ -39,6 +39,8 @@ static unsigned inflight(void *arg) {
   return f->inflight + f->nwaiting;
 }
 
+static const idem_store *admin_store(void *arg) { return ((cs_flow *)arg)->store; }
+
 static void signal_closed(uv_handle_t *h) { (void)h; }
 
 static void close_signals(cs_flow *f) {
@@ -109,7 +111,8 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
     f->store_retry_at = uv_now(&f->loop) + 1000;
   }
   if (cfg->has_admin) {
-    cs_admin_hooks h = {.not_ready = not_ready, .inflight = inflight, .arg = f};
+    cs_admin_hooks h = {
+        .not_ready = not_ready, .inflight = inflight, .store = admin_store, .arg = f};
     int err = 0;
     f->admin = cs_admin_start(&f->loop, cfg->admin.host, cfg->admin.port, &h, &err);
     if (!f->admin) {

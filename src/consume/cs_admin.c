@@ -10,6 +10,7 @@
 
 #include "consume/cs_metrics.h"
 #include "http/admin_server.h"
+#include "http/metrics.h"
 #include "http/msg.h"
 
 struct cs_admin {
@@ -36,6 +37,7 @@ static void route(void *arg, gw_admin_req *r) {
     gw_admin_reply(r, missing ? 503 : 200, "text/plain", body.p, body.len);
   } else if (gw_ieq(t, plen, "/metrics")) {
     cs_metrics_render(&body, a->h.inflight(a->h.arg));
+    gw_metrics_render_store(&body, a->h.store(a->h.arg));
     gw_admin_reply(r, 200, "text/plain; version=0.0.4", body.p, body.len);
   } else {
     gw_admin_reply_problem(r, 404, "not-found", "Not Found",

@@ -4,7 +4,8 @@
  *   GET /healthz   200 "ok" while the process runs
  *   GET /readyz    200 "ready" when the broker is connected and the store
  *                  open, else 503 naming what is missing
- *   GET /metrics   Prometheus text (cs_metrics.h)
+ *   GET /metrics   Prometheus text (cs_metrics.h), and the store's own
+ *                  counters as serve shows them (http/metrics.h)
  * with serve's admin timeouts and connection limit (http/admin_server.h).
  */
 #ifndef IDEM_CONSUME_CS_ADMIN_H
@@ -14,11 +15,15 @@
 
 typedef struct cs_admin cs_admin;
 
+struct idem_store;
+
 /* not_ready(arg) gives NULL when ready, else what is missing; inflight(arg)
- * the messages in flight. */
+ * the messages in flight; store(arg) the store whose own counters /metrics
+ * adds (NULL: none). */
 typedef struct {
   const char *(*not_ready)(void *arg);
   unsigned (*inflight)(void *arg);
+  const struct idem_store *(*store)(void *arg);
   void *arg;
 } cs_admin_hooks;
 

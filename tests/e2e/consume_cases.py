@@ -131,6 +131,11 @@ class OutcomeTests:
         self.assertEqual(status, 200)
         self.assertIn('idem_messages_total{outcome="retry"} 1', metrics)
         self.assertIn('idem_messages_total{outcome="executed"} 1', metrics)
+        # the lmdb: store's own counters, as serve shows them: the claim,
+        # the release, the second claim and the complete were durable writes
+        written = [l for l in metrics.splitlines() if l.startswith("idem_lmdb_ops_written_total ")]
+        self.assertEqual(len(written), 1, metrics)
+        self.assertGreaterEqual(int(written[0].split()[1]), 4)
         self.assertEqual(c.admin_get("/readyz")[0], 200)
         self.assertEqual(c.admin_get("/healthz"), (200, "ok\n"))
 
