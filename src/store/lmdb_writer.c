@@ -117,6 +117,10 @@
  *   bytes), so even a writer that never waited for its callers would reach
  *   43x to 50x in the runs so far, and 50x leaves less time outside the
  *   commit than applying a batch of 64 takes.
+ * - This thread at nice -10 (renice by thread id, root): the gateway's
+ *   unique keys at 64 connections 0.90x to 1.05x over 4 paired rounds. Its
+ *   wake-ups after a flush do not wait for a CPU; the flush itself sets
+ *   the pace.
  */
 #include <errno.h>
 #include <stdlib.h>
