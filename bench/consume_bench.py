@@ -59,9 +59,12 @@ def _connects(port):
 
 
 # diagnostics: BENCH_STORE=memory (what the flow costs without a durable
-# store), BENCH_BROKERS=redis,nats (a subset)
+# store), BENCH_BROKERS=redis,nats (a subset), BENCH_METRICS_DIR=DIR (each
+# run's /metrics kept as DIR/BROKER-MODE-ROUND.txt: the store's latencies
+# and the idem_lmdb_* counters)
 STORE = os.environ.get("BENCH_STORE", "lmdb")
 BROKERS = os.environ.get("BENCH_BROKERS", "redis,rabbitmq,nats").split(",")
+METRICS_DIR = os.environ.get("BENCH_METRICS_DIR")
 
 
 def metrics(c):
@@ -106,6 +109,9 @@ def run_one(broker, mode, tmp, handler_url, r):
     wait_for(lambda: metrics(c)[0] >= N, 600, interval=0.05, what="%s %s drained" % (broker.name, mode))
     secs = time.monotonic() - t0
     _, buckets = metrics(c)
+    if METRICS_DIR:
+        with open(os.path.join(METRICS_DIR, "%s-%s-%d.txt" % (broker.name, mode, r)), "w") as f:
+            f.write(c.admin_get("/metrics")[1])
     c.stop()
     return N / secs, quantile(buckets, 0.5) * 1000, quantile(buckets, 0.99) * 1000
 
