@@ -10,6 +10,11 @@
  *                    ├─REPLAY─► ack         ├─BUSY─► later(lease left)
  *                    ├─MISMATCH─► dead      └─store down─► hold, claim again
  *
+ * Only the handler request takes one of the --concurrency slots: a message
+ * is claimed as soon as it is taken (the broker's credit bounds how many
+ * are), waits in f->ready for a slot, and frees it when the handler has
+ * answered, so the store's round trips never leave a slot idle.
+ *
  * Nothing is acked before its record is durable: a complete the store
  * fails is tried again while the lease lasts, and then the message is left
  * to the broker (not acked) to come again: it replays if the store got the
@@ -49,6 +54,8 @@ typedef struct cs_job {
   int parked; /* busy behind a job of this consumer with the same key */
   void (*on_timer)(struct cs_job *j);
   idem_queue linked; /* in f->jobs */
+  idem_queue queued; /* in f->ready, while it waits for a handler slot */
+  int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
 
 
@@ -89,25 +96,16 @@ static idem_store *flow_store(cs_flow *f) {
 
 static void job_freed(uv_handle_t *h) { free(h->data); }
 
-/* The broker may hand over what fills the running slots and the prefetch
- * queue: a fetch's round trip then overlaps the work instead of leaving
- * slots idle until its answer comes. */
+/* The broker may hand over as many messages as fill the handler's slots
+ * and the prefetch: a fetch's round trip, and the claims and completes of
+ * the messages taken, then overlap the handler's work instead of leaving
+ * its slots idle until they are done. */
 void cs_flow_give_credit(cs_flow *f) {
   unsigned window = (unsigned)f->cfg->concurrency + (unsigned)f->cfg->prefetch;
-  unsigned held = f->inflight + f->nwaiting;
-  f->broker->vt->credit(f->broker, f->stopping || held >= window ? 0 : window - held);
+  f->broker->vt->credit(f->broker, f->stopping || f->njobs >= window ? 0 : window - f->njobs);
 }
 
 static void claim(cs_job *j);
-static void start_job(cs_job *j);
-
-static void start_waiting(cs_flow *f) {
-  while (f->nwaiting && f->inflight < (unsigned)f->cfg->concurrency) {
-    cs_job *j = IDEM_QUEUE_DATA(idem_queue_pop(&f->waiting), cs_job, linked);
-    f->nwaiting--;
-    start_job(j);
-  }
-}
 
 static void job_end(cs_job *j) {
   cs_flow *f = j->f;
@@ -135,8 +133,7 @@ static void job_end(cs_job *j) {
     uv_close((uv_handle_t *)&j->timer, job_freed);
   else
     free(j);
-  f->inflight--;
-  start_waiting(f);
+  f->njobs--;
   cs_flow_give_credit(f);
 }
 
@@ -220,7 +217,8 @@ static void note_store(cs_flow *f, int err) {
   f->store_down = err != 0;
 }
 
-static void call_handler(cs_job *j);
+static void to_handler(cs_job *j);
+static void handler_done(cs_job *j);
 
 /* ---- failing for good: the record is marked failed, the message dead ---- */
 
@@ -347,6 +345,7 @@ static void handler_failed(cs_job *j, int status, const char *what) {
 static void on_answer(void *arg, upstream_response *r) {
   cs_job *j = arg;
   cs_metrics_observe(CS_HIST_HANDLER, since_us(j->op_ns));
+  handler_done(j);
   char what[64];
   if (r->kind == UP_OK && (policy_status_stored(r->status) || j->too_large)) {
     if (j->bypass) {
@@ -397,6 +396,7 @@ static void call_handler(cs_job *j) {
   j->head.len = 0;
   j->too_large = 0;
   if (cs_handler_head(j->f->cfg, j->m, j->key, j->bypass ? 0 : j->fence, &j->head)) {
+    handler_done(j);
     handler_failed(j, 502, "could not be sent the message (out of memory)");
     return;
   }
@@ -407,6 +407,39 @@ static void call_handler(cs_job *j) {
   upstream_send(j->f->pool, j->bufs, 2, 0, 0, &j->stream, &j->up, on_answer, j);
 }
 
+/* ---- the handler's slots ---- */
+
+/* Start handler requests for the ready jobs while slots are free. Not
+ * re-entered: a request that fails at once (handler_done) only frees its
+ * slot, and this loop takes the next job. */
+static void start_handlers(cs_flow *f) {
+  if (f->starting_handlers)
+    return;
+  f->starting_handlers = 1;
+  while (!idem_queue_empty(&f->ready) && f->at_handler < (unsigned)f->cfg->concurrency) {
+    cs_job *j = IDEM_QUEUE_DATA(idem_queue_pop(&f->ready), cs_job, queued);
+    j->at_handler = 1;
+    f->at_handler++;
+    call_handler(j);
+  }
+  f->starting_handlers = 0;
+}
+
+/* j is due at the handler: now if a slot is free, else in its turn. */
+static void to_handler(cs_job *j) {
+  idem_queue_insert_tail(&j->f->ready, &j->queued);
+  start_handlers(j->f);
+}
+
+/* j's handler request has ended (answered, failed, or never sent). */
+static void handler_done(cs_job *j) {
+  if (!j->at_handler)
+    return;
+  j->at_handler = 0;
+  j->f->at_handler--;
+  start_handlers(j->f);
+}
+
 /* ---- the claim ---- */
 
 static void store_failed(cs_job *j, int err) {
@@ -414,7 +447,7 @@ static void store_failed(cs_job *j, int err) {
   note_store(f, err);
   if (f->cfg->fail_open) {
     j->bypass = 1;
-    call_handler(j);
+    to_handler(j);
     return;
   }
   int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
@@ -459,7 +492,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
       fail_dead(j, 502, reason);
       return;
     }
-    call_handler(j);
+    to_handler(j);
     return;
   case IDEM_REPLAY: {
     const idem_response *rr = res->record ? &res->record->response : NULL;
@@ -497,11 +530,11 @@ static void start_job(cs_job *j) {
   cs_flow *f = j->f;
   cs_msg *m = j->m;
   idem_queue_insert_head(&f->jobs, &j->linked);
-  f->inflight++;
+  f->njobs++;
   if (f->cfg->no_store) {
     j->bypass = 1;
     snprintf(j->key, sizeof j->key, "%s", m->id);
-    call_handler(j);
+    to_handler(j);
     return;
   }
   char why[300];
@@ -514,8 +547,8 @@ static void start_job(cs_job *j) {
   claim(j);
 }
 
-/* A message runs at once when a slot is free, else waits its turn (its
- * receipt time, for the latency, is now either way). */
+/* A message's claim starts at once; the credit given to the broker keeps
+ * the messages here within --concurrency plus --prefetch. */
 void cs_flow_on_message(void *arg, cs_msg *m) {
   cs_flow *f = arg;
   cs_job *j = calloc(1, sizeof *j);
@@ -526,12 +559,7 @@ void cs_flow_on_message(void *arg, cs_msg *m) {
   j->f = f;
   j->m = m;
   j->t0_ns = uv_hrtime();
-  if (f->inflight < (unsigned)f->cfg->concurrency) {
-    start_job(j);
-    return;
-  }
-  idem_queue_insert_tail(&f->waiting, &j->linked);
-  f->nwaiting++;
+  start_job(j);
 }
 
 /* Stopping: a message held here for the store (or parked behind a

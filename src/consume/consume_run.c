@@ -36,7 +36,7 @@ static const char *not_ready(void *arg) {
 
 static unsigned inflight(void *arg) {
   cs_flow *f = arg;
-  return f->inflight + f->nwaiting;
+  return f->njobs;
 }
 
 static const idem_store *admin_store(void *arg) { return ((cs_flow *)arg)->store; }
@@ -86,7 +86,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   if (f->stopping)
     return;
   f->stopping = 1;
-  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->inflight + f->nwaiting);
+  fprintf(stderr, "idem consume: stopping: %u message(s) in flight\n", f->njobs);
   cs_flow_give_credit(f);
   cs_flow_hand_back_held(f);
   cs_broker_close(f->broker, on_broker_closed, f);
@@ -142,7 +142,7 @@ int cs_run(const cs_config *cfg) {
   memset(f, 0, sizeof *f);
   f->cfg = cfg;
   idem_queue_init(&f->jobs);
-  idem_queue_init(&f->waiting);
+  idem_queue_init(&f->ready);
   if (upstream_resolve(cfg->to_host, cfg->to_port, "idem consume: cannot resolve the handler's host",
                        &to) ||
       uv_loop_init(&f->loop))

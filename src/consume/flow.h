@@ -27,15 +27,17 @@ typedef struct cs_flow {
   upstream_pool *pool;
   cs_admin *admin;
   uv_signal_t sigterm, sigint;
-  unsigned inflight;
   int stopping;
-  idem_queue jobs;    /* the messages in flight */
-  idem_queue waiting; /* fetched ahead (--prefetch), for a free slot */
-  unsigned nwaiting;
+  idem_queue jobs;     /* the messages taken from the broker, not yet settled */
+  unsigned njobs;      /* (at most --concurrency plus --prefetch: the credit) */
+  idem_queue ready;    /* of them, those due at the handler, for a free slot */
+  unsigned at_handler; /* handler requests under way: at most --concurrency */
+  int starting_handlers; /* start_handlers is running (consume.c) */
   unsigned nparked;   /* jobs parked behind a duplicate: most often none */
 } cs_flow;
 
-/* The broker's on_message: run m now if a slot is free, else hold it. */
+/* The broker's on_message: m's claim starts at once; the handler gets it
+ * when one of its --concurrency slots is free. */
 void cs_flow_on_message(void *arg, cs_msg *m);
 /* Tell the broker how many more messages the flow can take. */
 void cs_flow_give_credit(cs_flow *f);

@@ -230,6 +230,22 @@ class OutcomeTests:
         for k in keys:
             self.assertEqual(self.h.successes(k), 1)
 
+    def test_claims_take_no_handler_slot(self):
+        # --concurrency bounds the handler's requests, not the store's work:
+        # the message fetched ahead is claimed while the other one is at
+        # the handler, not after it
+        self.h.delay["slot-a"] = self.h.delay["slot-b"] = 3.0
+        c = self.consumer("--concurrency", "1", "--prefetch", "1", "--handler-timeout", "10s",
+                          admin=True)
+        self.publish([{"message_id": "slot-a", "body": "a"}, {"message_id": "slot-b", "body": "b"}])
+        wait_for(lambda: 'idem_store_latency_seconds_count{op="claim"} 2' in
+                 c.admin_get("/metrics")[1], 10, interval=0.05, what="both messages claimed")
+        self.assertEqual(self.h.successes("slot-a") + self.h.successes("slot-b"), 0)
+        self.wait_settled()
+        self.assertEqual(self.h.max_active, 1)
+        self.assertEqual(self.h.successes("slot-a"), 1)
+        self.assertEqual(self.h.successes("slot-b"), 1)
+
     def test_broker_down_at_start_then_up(self):
         self.stop_broker()
         c = self.consumer(start=False)
