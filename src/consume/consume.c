@@ -10,10 +10,14 @@
  *                    ├─REPLAY─► ack         ├─BUSY─► later(lease left)
  *                    ├─MISMATCH─► dead      └─store down─► hold, claim again
  *
- * Only the handler request takes one of the --concurrency slots: a message
- * is claimed as soon as it is taken (the broker's credit bounds how many
- * are), waits in f->ready for a slot, and frees it when the handler has
- * answered, so the store's round trips never leave a slot idle.
+ * The claim takes none of the --concurrency slots: a message is claimed as
+ * soon as it is taken (the broker's credit bounds how many are), waits in
+ * f->ready for a slot, and holds it from its handler request until its
+ * answer is durable (without a record, or on the other ways out, until it
+ * is settled). So
+ * neither a claim's round trip nor an ack's leaves a slot idle, and a
+ * consumer killed between a handler's answer and its durable record has at
+ * most --concurrency such messages (they run again, with a higher fence).
  *
  * Nothing is acked before its record is durable: a complete the store
  * fails is tried again while the lease lasts, and then the message is left
@@ -106,9 +110,11 @@ void cs_flow_give_credit(cs_flow *f) {
 }
 
 static void claim(cs_job *j);
+static void handler_done(cs_job *j);
 
 static void job_end(cs_job *j) {
   cs_flow *f = j->f;
+  handler_done(j);
   set_parked(j, 0);
   idem_queue_remove(&j->linked);
   /* duplicates waiting for this one claim again now: they replay (the scan
@@ -147,6 +153,8 @@ static void on_settled(void *arg, cs_msg *m, int ok) {
 }
 
 static void settle_ack(cs_job *j, const cs_answer *answer, cs_outcome o) {
+  if (!j->bypass)
+    handler_done(j); /* the answer is durable: its ack needs no slot */
   cs_metrics_outcome(o);
   j->f->broker->vt->ack(j->f->broker, j->m, answer, on_settled, j);
 }
@@ -218,7 +226,6 @@ static void note_store(cs_flow *f, int err) {
 }
 
 static void to_handler(cs_job *j);
-static void handler_done(cs_job *j);
 
 /* ---- failing for good: the record is marked failed, the message dead ---- */
 
@@ -345,7 +352,6 @@ static void handler_failed(cs_job *j, int status, const char *what) {
 static void on_answer(void *arg, upstream_response *r) {
   cs_job *j = arg;
   cs_metrics_observe(CS_HIST_HANDLER, since_us(j->op_ns));
-  handler_done(j);
   char what[64];
   if (r->kind == UP_OK && (policy_status_stored(r->status) || j->too_large)) {
     if (j->bypass) {
@@ -396,7 +402,6 @@ static void call_handler(cs_job *j) {
   j->head.len = 0;
   j->too_large = 0;
   if (cs_handler_head(j->f->cfg, j->m, j->key, j->bypass ? 0 : j->fence, &j->head)) {
-    handler_done(j);
     handler_failed(j, 502, "could not be sent the message (out of memory)");
     return;
   }
@@ -410,8 +415,8 @@ static void call_handler(cs_job *j) {
 /* ---- the handler's slots ---- */
 
 /* Start handler requests for the ready jobs while slots are free. Not
- * re-entered: a request that fails at once (handler_done) only frees its
- * slot, and this loop takes the next job. */
+ * re-entered: a job settled from inside call_handler (handler_done) only
+ * frees its slot, and this loop takes the next job. */
 static void start_handlers(cs_flow *f) {
   if (f->starting_handlers)
     return;
@@ -431,7 +436,8 @@ static void to_handler(cs_job *j) {
   start_handlers(j->f);
 }
 
-/* j's handler request has ended (answered, failed, or never sent). */
+/* j's answer is durable, or j is settled: its slot, if it had one, goes to
+ * the next ready job. */
 static void handler_done(cs_job *j) {
   if (!j->at_handler)
     return;

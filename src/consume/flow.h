@@ -31,13 +31,13 @@ typedef struct cs_flow {
   idem_queue jobs;     /* the messages taken from the broker, not yet settled */
   unsigned njobs;      /* (at most --concurrency plus --prefetch: the credit) */
   idem_queue ready;    /* of them, those due at the handler, for a free slot */
-  unsigned at_handler; /* handler requests under way: at most --concurrency */
+  unsigned at_handler; /* from the handler request to a durable answer: at most --concurrency */
   int starting_handlers; /* start_handlers is running (consume.c) */
   unsigned nparked;   /* jobs parked behind a duplicate: most often none */
 } cs_flow;
 
 /* The broker's on_message: m's claim starts at once; the handler gets it
- * when one of its --concurrency slots is free. */
+ * when one of the --concurrency slots is free. */
 void cs_flow_on_message(void *arg, cs_msg *m);
 /* Tell the broker how many more messages the flow can take. */
 void cs_flow_give_credit(cs_flow *f);

@@ -231,9 +231,8 @@ class OutcomeTests:
             self.assertEqual(self.h.successes(k), 1)
 
     def test_claims_take_no_handler_slot(self):
-        # --concurrency bounds the handler's requests, not the store's work:
-        # the message fetched ahead is claimed while the other one is at
-        # the handler, not after it
+        # a claim takes no --concurrency slot: the message fetched ahead is
+        # claimed while the other one holds the only slot, not after it
         self.h.delay["slot-a"] = self.h.delay["slot-b"] = 3.0
         c = self.consumer("--concurrency", "1", "--prefetch", "1", "--handler-timeout", "10s",
                           admin=True)
