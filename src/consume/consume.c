@@ -14,10 +14,10 @@
  * soon as it is taken (the broker's credit bounds how many are), waits in
  * f->ready for a slot, and holds it from its handler request until its
  * answer is durable (without a record, or on the other ways out, until it
- * is settled). So
- * neither a claim's round trip nor an ack's leaves a slot idle, and a
- * consumer killed between a handler's answer and its durable record has at
- * most --concurrency such messages (they run again, with a higher fence).
+ * is settled). So neither a claim's round trip nor an ack's leaves a slot
+ * idle, and a consumer killed between a handler's answer and its durable
+ * record has at most --concurrency such messages (they run again, with a
+ * higher fence).
  *
  * Nothing is acked before its record is durable: a complete the store
  * fails is tried again while the lease lasts, and then the message is left
@@ -58,7 +58,7 @@ typedef struct cs_job {
   int parked; /* busy behind a job of this consumer with the same key */
   void (*on_timer)(struct cs_job *j);
   idem_queue linked; /* in f->jobs */
-  idem_queue queued; /* in f->ready, while it waits for a handler slot */
+  idem_queue queued; /* in f->ready, while it waits for a slot */
   int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
 
@@ -100,10 +100,9 @@ static idem_store *flow_store(cs_flow *f) {
 
 static void job_freed(uv_handle_t *h) { free(h->data); }
 
-/* The broker may hand over as many messages as fill the handler's slots
- * and the prefetch: a fetch's round trip, and the claims and completes of
- * the messages taken, then overlap the handler's work instead of leaving
- * its slots idle until they are done. */
+/* The broker may hand over as many messages as fill the slots and the
+ * prefetch: a fetch's round trip, and the claims of the messages taken,
+ * then overlap the work in the slots instead of leaving them idle. */
 void cs_flow_give_credit(cs_flow *f) {
   unsigned window = (unsigned)f->cfg->concurrency + (unsigned)f->cfg->prefetch;
   f->broker->vt->credit(f->broker, f->stopping || f->njobs >= window ? 0 : window - f->njobs);
