@@ -205,6 +205,16 @@ class Consumer(IdemProcess):
 
 
 
+def _group_lag(groups, group):
+    """The lag of group in an XINFO GROUPS reply (entries not yet delivered
+    to it, Redis 7); None if it is not there."""
+    for g in groups:
+        d = dict(zip(g[::2], g[1::2]))
+        if d[b"name"] == group.encode():
+            return d.get(b"lag")
+    return None
+
+
 class RedisClient:
     """A pipelining client over one socket: enough for tests."""
 
@@ -239,13 +249,18 @@ class RedisClient:
         except RuntimeError:
             return 0
 
-    def lag(self, stream, group):
-        """Entries not yet delivered to the group (Redis 7)."""
-        for g in self.command("XINFO", "GROUPS", stream):
-            d = dict(zip(g[::2], g[1::2]))
-            if d[b"name"] == group.encode():
-                return d.get(b"lag")
-        return None
+    def pending_and_lag(self, stream, group):
+        """(pending, lag) of the group read in one MULTI, so that no
+        delivery or ack falls between the two: read one after the other, an
+        ack just before a fetch and the fetch just after it look like
+        nothing pending and nothing left (RuntimeError if the group is
+        missing)."""
+        out = self.pipeline([("MULTI",), ("XPENDING", stream, group),
+                             ("XINFO", "GROUPS", stream), ("EXEC",)])
+        if isinstance(out[-1], Exception):
+            raise out[-1]
+        pending, groups = out[-1]
+        return pending[0], _group_lag(groups, group)
 
     def entries(self, stream):
         """[(id, {field: value})] of a stream."""

@@ -45,7 +45,7 @@ class ConsumeCase(BrokerCase):
 
     def all_settled(self, stream=STREAM):
         try:
-            return self.r.pending(stream, GROUP) == 0 and self.r.lag(stream, GROUP) == 0
+            return self.r.pending_and_lag(stream, GROUP) == (0, 0)
         except (RuntimeError, OSError):
             return False
 
