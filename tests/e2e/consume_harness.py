@@ -100,7 +100,8 @@ class Handler:
         return "http://127.0.0.1:%d" % self.port
 
     def start(self):
-        self._server = _HandlerServer(("127.0.0.1", 0), _H)
+        # free_port(): a test stops the handler and starts it again on its port
+        self._server = _HandlerServer(("127.0.0.1", free_port()), _H)
         self._server.owner = self
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},

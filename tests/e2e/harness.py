@@ -39,9 +39,11 @@ tells whether the peer closed the connection.
 """
 
 import atexit
+import fcntl
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -77,13 +79,52 @@ def idem_bin():
     raise RuntimeError("set IDEM_BIN to the built idem binary")
 
 
+_held_ports = {}  # port -> its open lock file, held while this process lives
+
+
+def _reserved_range():
+    """Ports for free_port(): below the kernel's ephemeral range, so that no
+    bind to port 0 (shell and C tests, upstreams, outgoing connections) can
+    land on them."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return (max(1024, low - 12000), low) if low > 2048 else (61000, 65535)
+
+
 def free_port():
-    """A port that was free a moment ago on 127.0.0.1."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A port free on 127.0.0.1 and kept for this process until it exits.
+
+    A test that restarts a server (a broker outage, gw.restart()) leaves its
+    port free meanwhile; another test running in parallel must not take it,
+    or the first test's clients reconnect to the second test's server (their
+    streams and groups have the same names). So each port handed out is
+    locked with flock on a file under /tmp/idem-test-ports-UID for the life
+    of the process (a fixed path: TMPDIR may differ between tests), and the
+    ports come from a range the kernel never hands out for port 0."""
+    lo, hi = _reserved_range()
+    d = "/tmp/idem-test-ports-%d" % os.getuid()
+    os.makedirs(d, exist_ok=True)
+    for _ in range(1000):
+        p = random.randrange(lo, hi)
+        if p in _held_ports:
+            continue
+        f = open(os.path.join(d, str(p)), "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            finally:
+                s.close()
+        except OSError:
+            f.close()  # held by another test process, or in use
+            continue
+        _held_ports[p] = f
+        return p
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 def terminate(proc, timeout=10.0):
