@@ -7,6 +7,13 @@
 
 #include "store/lmdb_overlay.h"
 
+/* The table starts at MIN_BUCKETS, doubles when it holds more entries than
+ * buckets, and is halved down (never below MIN_BUCKETS) once pruning leaves
+ * fewer than a quarter: after a burst (a checkpoint that kept failing for a
+ * while) the checkpointer's collect and the writer's prune, which walk every
+ * bucket under the lock every checkpoint, go back to a short walk. */
+#define MIN_BUCKETS 1024
+
 struct lmdb_ov_entry {
   lmdb_ov_entry *next;
   uint32_t hash;
@@ -44,7 +51,7 @@ static uint32_t hash_of(const unsigned char *k, size_t n) {
 
 int lmdb_overlay_init(lmdb_overlay *ov) {
   memset(ov, 0, sizeof *ov);
-  ov->nbuckets = 1024;
+  ov->nbuckets = MIN_BUCKETS;
   ov->buckets = calloc(ov->nbuckets, sizeof *ov->buckets);
   if (!ov->buckets || pthread_mutex_init(&ov->lock, NULL)) {
     free(ov->buckets);
@@ -108,12 +115,11 @@ lmdb_blob *lmdb_overlay_latest(lmdb_overlay *ov, const unsigned char *key, size_
   return b;
 }
 
-/* Double the table when it holds more entries than buckets. */
-static void grow(lmdb_overlay *ov) {
-  size_t n = ov->nbuckets * 2;
+/* Rehash into n buckets (a power of two). */
+static void resize(lmdb_overlay *ov, size_t n) {
   lmdb_ov_entry **nb = calloc(n, sizeof *nb);
   if (!nb)
-    return; /* longer chains, still correct */
+    return; /* longer chains or a longer walk, still correct */
   for (size_t i = 0; i < ov->nbuckets; i++)
     while (ov->buckets[i]) {
       lmdb_ov_entry *en = ov->buckets[i];
@@ -124,6 +130,14 @@ static void grow(lmdb_overlay *ov) {
   free(ov->buckets);
   ov->buckets = nb;
   ov->nbuckets = n;
+}
+
+static void shrink_if_sparse(lmdb_overlay *ov) {
+  size_t n = ov->nbuckets;
+  while (n > MIN_BUCKETS && ov->count < n / 4)
+    n /= 2;
+  if (n != ov->nbuckets)
+    resize(ov, n);
 }
 
 lmdb_ov_entry *lmdb_overlay_stage(lmdb_overlay *ov, const unsigned char *key, size_t klen,
@@ -138,7 +152,7 @@ lmdb_ov_entry *lmdb_overlay_stage(lmdb_overlay *ov, const unsigned char *key, si
     *pp = en;
     ov->count++;
     if (ov->count > ov->nbuckets)
-      grow(ov);
+      resize(ov, ov->nbuckets * 2);
   }
   if (en) {
     if (en->staged) {
@@ -214,37 +228,40 @@ void lmdb_overlay_prune(lmdb_overlay *ov, uint64_t upto) {
       }
     }
   }
+  shrink_if_sparse(ov);
   pthread_mutex_unlock(&ov->lock);
 }
 
+/* One allocation for the items and their keys: the lock is held for a
+ * walk and a copy, not for a malloc per key. */
 long lmdb_overlay_collect(lmdb_overlay *ov, uint64_t after, lmdb_ov_item **items,
                           uint64_t *target) {
   pthread_mutex_lock(&ov->lock);
   *target = ov->durable_seq;
-  lmdb_ov_item *out = malloc((ov->count ? ov->count : 1) * sizeof *out);
-  long n = 0;
-  for (size_t i = 0; out && i < ov->nbuckets; i++)
+  size_t n = 0, key_bytes = 0;
+  for (size_t i = 0; i < ov->nbuckets; i++)
+    for (lmdb_ov_entry *en = ov->buckets[i]; en; en = en->next)
+      if (en->val && en->seq > after) {
+        n++;
+        key_bytes += en->klen;
+      }
+  lmdb_ov_item *out = malloc((n ? n : 1) * sizeof *out + key_bytes);
+  unsigned char *keys = out ? (unsigned char *)(out + n) : NULL;
+  for (size_t i = 0, k = 0; out && i < ov->nbuckets; i++)
     for (lmdb_ov_entry *en = ov->buckets[i]; en; en = en->next) {
       if (!en->val || en->seq <= after)
         continue;
-      unsigned char *k = malloc(en->klen);
-      if (!k) {
-        lmdb_overlay_items_free(out, n);
-        out = NULL;
-        break;
-      }
-      memcpy(k, en->key, en->klen);
-      out[n++] = (lmdb_ov_item){k, en->klen, take(en->val)};
+      memcpy(keys, en->key, en->klen);
+      out[k++] = (lmdb_ov_item){keys, en->klen, take(en->val)};
+      keys += en->klen;
     }
   pthread_mutex_unlock(&ov->lock);
   *items = out;
-  return out ? n : -1;
+  return out ? (long)n : -1;
 }
 
 void lmdb_overlay_items_free(lmdb_ov_item *items, long n) {
-  for (long i = 0; i < n; i++) {
-    free(items[i].key);
+  for (long i = 0; i < n; i++)
     lmdb_blob_unref(items[i].val);
-  }
-  free(items);
+  free(items); /* the keys live in the same block */
 }

@@ -58,12 +58,14 @@ void lmdb_overlay_promote(lmdb_overlay *ov, lmdb_ov_entry **entries, size_t n, u
 /* After a failed flush: drop the staged values (and entries left empty). */
 void lmdb_overlay_unstage(lmdb_overlay *ov, lmdb_ov_entry **entries, size_t n);
 /* Remove the entries whose durable value LMDB holds (seq <= upto); every
- * entry when upto is UINT64_MAX and nothing is staged. */
+ * entry when upto is UINT64_MAX and nothing is staged. A table left mostly
+ * empty shrinks. */
 void lmdb_overlay_prune(lmdb_overlay *ov, uint64_t upto);
 
-/* The checkpointer: every durable value newer than `after`, into arrays it
- * owns (keys copied, values referenced); *target gets durable_seq. Returns
- * how many, or -1 when out of memory. */
+/* The checkpointer: every durable value newer than `after`, into one block
+ * it owns (keys copied into it, values referenced; free it with
+ * lmdb_overlay_items_free); *target gets durable_seq. Returns how many, or
+ * -1 when out of memory. */
 typedef struct {
   unsigned char *key;
   size_t klen;
