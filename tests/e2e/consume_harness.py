@@ -189,6 +189,15 @@ class Consumer(IdemProcess):
             self.stop()
         return self.start(**kw)
 
+    def metric(self, series):
+        """The value of one series of its /metrics, such as
+        'idem_messages_total{outcome="ok"}'; 0 when it is not there."""
+        for line in self.admin_get("/metrics")[1].splitlines():
+            name, _, value = line.rpartition(" ")
+            if name == series:
+                return float(value)
+        return 0.0
+
     def admin_get(self, path):
         s = socket.create_connection(("127.0.0.1", self.admin_port), timeout=5)
         try:
