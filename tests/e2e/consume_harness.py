@@ -253,11 +253,9 @@ class RedisClient:
         return r
 
     def pending(self, stream, group):
-        """How many entries the group has delivered and not acked."""
-        try:
-            return self.command("XPENDING", stream, group)[0]
-        except RuntimeError:
-            return 0
+        """How many entries the group has delivered and not acked
+        (RuntimeError if the group is missing)."""
+        return self.command("XPENDING", stream, group)[0]
 
     def pending_and_lag(self, stream, group):
         """(pending, lag) of the group read in one MULTI, so that no
