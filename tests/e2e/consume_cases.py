@@ -168,7 +168,7 @@ class OutcomeTests:
         c = self.consumer("--max-deliveries", "1000", admin=True)
         port = self.h.port
         self.publish([{"message_id": "k1", "body": "x"}])
-        wait_for(lambda: 'outcome="retry"} 2' in c.admin_get("/metrics")[1], 20,
+        wait_for(lambda: c.metric('idem_messages_total{outcome="retry"}') >= 2, 20,
                  what="two failed deliveries")
         self.h = Handler()
         self.h._server = _HandlerServer(("127.0.0.1", port), _H)
