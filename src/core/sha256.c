@@ -2,6 +2,7 @@
 #include <pthread.h>
 
 #include "core/sha256.h"
+#include "core/text.h"
 
 static pthread_once_t fetched = PTHREAD_ONCE_INIT;
 static const EVP_MD *implementation;
@@ -25,14 +26,9 @@ int idem_sha256_digest(const void *data, size_t len, unsigned char out[IDEM_SHA2
 }
 
 int idem_sha256_hex(const void *data, size_t len, char out[2 * IDEM_SHA256_LEN + 1]) {
-  static const char hex[] = "0123456789abcdef";
   unsigned char md[IDEM_SHA256_LEN];
   if (idem_sha256_digest(data, len, md))
     return -1;
-  for (int i = 0; i < IDEM_SHA256_LEN; i++) {
-    out[2 * i] = hex[md[i] >> 4];
-    out[2 * i + 1] = hex[md[i] & 15];
-  }
-  out[2 * IDEM_SHA256_LEN] = 0;
+  idem_hex_encode(md, IDEM_SHA256_LEN, out);
   return 0;
 }

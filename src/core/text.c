@@ -12,6 +12,15 @@ int idem_hexval(int c) {
   return -1;
 }
 
+void idem_hex_encode(const unsigned char *in, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[in[i] >> 4];
+    out[2 * i + 1] = digits[in[i] & 15];
+  }
+  out[2 * n] = 0;
+}
+
 int idem_pct_decode(const char *s, size_t n, char *out, size_t cap, int flags) {
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {

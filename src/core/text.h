@@ -10,6 +10,9 @@
 /* The value of hex digit c, or -1. */
 int idem_hexval(int c);
 
+/* in[0..n) as lowercase hex into out: 2n digits and a NUL. */
+void idem_hex_encode(const unsigned char *in, size_t n, char *out);
+
 enum {
   IDEM_PCT_PLUS_SPACE = 1, /* '+' is a space (a query string) */
   IDEM_PCT_NO_NUL = 2      /* %00 is refused (the result travels as a C string) */

@@ -41,13 +41,8 @@ static idem_store *admin_store(gw_admin *a) {
 }
 
 static void json_record(gw_buf *o, const idem_record *r) {
-  static const char hex[] = "0123456789abcdef";
   char fp[2 * IDEM_FINGERPRINT_LEN + 1];
-  for (int i = 0; i < IDEM_FINGERPRINT_LEN; i++) {
-    fp[2 * i] = hex[r->fingerprint[i] >> 4];
-    fp[2 * i + 1] = hex[r->fingerprint[i] & 15];
-  }
-  fp[2 * IDEM_FINGERPRINT_LEN] = 0;
+  idem_hex_encode(r->fingerprint, IDEM_FINGERPRINT_LEN, fp);
   gw_buf_puts(o, "{\"scope\":");
   policy_json_string(o, r->scope ? r->scope : "", r->scope ? strlen(r->scope) : 0);
   gw_buf_puts(o, ",\"key\":");

@@ -26,8 +26,8 @@
  */
 #include <openssl/sha.h>
 #include <pthread.h>
-#include <stdio.h>
 
+#include "core/text.h"
 #include "idem/idem.h"
 #include "store/redis.h"
 
@@ -119,8 +119,7 @@ static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 static void compute_sha(void) {
   unsigned char md[SHA_DIGEST_LENGTH];
   SHA1((const unsigned char *)idem_redis_script, sizeof idem_redis_script - 1, md);
-  for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
-    snprintf(script_sha + 2 * i, 3, "%02x", md[i]);
+  idem_hex_encode(md, SHA_DIGEST_LENGTH, script_sha);
 }
 
 const char *idem_redis_script_sha(void) {
