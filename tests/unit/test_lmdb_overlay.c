@@ -77,7 +77,7 @@ static int teardown(void **state) {
 
 static void staged_is_seen_by_the_writer_only_until_promoted(void **state) {
   lmdb_overlay *ov = *state;
-  lmdb_ov_entry *en[2] = {stage(ov, "a", 1), NULL};
+  lmdb_ov_entry *en[1] = {stage(ov, "a", 1)};
   assert_string_equal(durable(ov, "a"), "");
   assert_string_equal(latest(ov, "a"), "a#1");
   lmdb_overlay_promote(ov, en, 1, 7);
