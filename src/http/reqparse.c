@@ -62,9 +62,16 @@ static int count_head(gw_reqparser *rp, size_t len) {
 /* rc of adding a piece of the head: out of memory is a 503. */
 static int added(gw_reqparser *rp, int rc) { return rc ? refuse(rp, 503, "out of memory") : 0; }
 
+/* The request line counts whole: "METHOD SP target SP HTTP/1.x CRLF", the
+ * fixed parts with the target's first piece. */
+#define VERSION_AND_CRLF (sizeof " HTTP/1.1\r\n" - 1)
+
 static int on_url(http_parser *p, const char *at, size_t len) {
   gw_reqparser *rp = of(p);
-  return count_head(rp, len) ? -1 : added(rp, gw_buf_append(&rp->cur->target, at, len));
+  size_t line = rp->cur->target.len
+                    ? 0
+                    : strlen(http_method_str((enum http_method)p->method)) + 1 + VERSION_AND_CRLF;
+  return count_head(rp, line + len) ? -1 : added(rp, gw_buf_append(&rp->cur->target, at, len));
 }
 
 /* Trailer fields (after the body) are dropped: never forwarded as headers. */
@@ -143,6 +150,8 @@ static int origin_form(gw_reqparser *rp, enum http_method m) {
 static int on_headers_complete(http_parser *p) {
   gw_reqparser *rp = of(p);
   gw_request *r = rp->cur;
+  if (count_head(rp, 2)) /* the blank line that ends the head */
+    return -1;
   gw_headers_done(&r->headers);
   rp->in_body = 1;
   /* keep the target NUL-terminated for callers that want a C string */

@@ -63,7 +63,7 @@ typedef struct {
   http_parser p;
   const gw_config *cfg;
   gw_request *cur;   /* the request being built */
-  size_t head_bytes; /* target + header bytes so far */
+  size_t head_bytes; /* the head's bytes so far: request line, header lines, blank line */
   int started;       /* some byte of the current request arrived */
   int state;         /* internal: what the last callback decided */
   int error_status;  /* 400, 413, 431 */

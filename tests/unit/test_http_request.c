@@ -156,6 +156,34 @@ static void test_limits(void **state) {
   release(&o);
 }
 
+/* A head of len bytes whose last header is padded to fit. */
+static int padded_head(char *buf, size_t cap, const char *method, size_t len) {
+  static const char fixed[] = " /p HTTP/1.1\r\nHost: h\r\nX-Pad: \r\n\r\n";
+  size_t pad = len - strlen(method) - (sizeof fixed - 1);
+  return snprintf(buf, cap, "%s /p HTTP/1.1\r\nHost: h\r\nX-Pad: %0*d\r\n\r\n", method, (int)pad, 0);
+}
+
+/* --max-header bounds the whole head: request line, header lines and the
+ * blank line, whatever the method's length. */
+static void test_max_header_is_the_whole_head(void **state) {
+  (void)state;
+  static const char *const methods[] = {"GET", "DELETE"};
+  char buf[2048];
+  for (size_t i = 0; i < 2; i++) {
+    int n = padded_head(buf, sizeof buf, methods[i], 1024);
+    assert_int_equal(n, 1024);
+    for (size_t step = 0; step <= 7; step += 7) {
+      outcome o;
+      run(buf, (size_t)n, step, &o);
+      assert_int_equal(o.n, 1);
+      release(&o);
+    }
+    n = padded_head(buf, sizeof buf, methods[i], 1025);
+    assert_int_equal(n, 1025);
+    expect_error(buf, (size_t)n, 431);
+  }
+}
+
 static void test_expect_continue_and_versions(void **state) {
   (void)state;
   static const char text[] =
@@ -316,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_pipelined_in_order),
       cmocka_unit_test(test_ambiguous_framing),
       cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_max_header_is_the_whole_head),
       cmocka_unit_test(test_expect_continue_and_versions),
       cmocka_unit_test(test_trailers_dropped),
       cmocka_unit_test(test_eof_and_partial),
