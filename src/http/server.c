@@ -276,7 +276,6 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
   idem_queue_init(&w->conns);
   w->handler = &gw_engine;
   w->conn_closed = on_conn_closed;
-  w->spool = srv->spool;
   w->finished = &srv->finished;
   w->listen_fd = fd;
   w->listen_spare_fd = -1;
@@ -317,13 +316,18 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
     w->store_retry_at = uv_now(&w->loop) + 1000;
   }
   gw_access_buf_start(&w->access, &w->loop);
+  return 0;
+}
+
+/* The spool goes to every worker; worker 0 drains it. */
+static void worker_take_spool(gw_worker *w, gw_spool *spool) {
+  w->spool = spool;
   if (w->spool && w->id == 0) {
     uv_timer_init(&w->loop, &w->drain_timer);
     w->drain_timer.data = w;
     uv_timer_start(&w->drain_timer, on_drain_tick, 0, DRAIN_EVERY_MS);
     w->drain_on = 1;
   }
-  return 0;
 }
 
 /* ---- main loop: signals ---- */
@@ -485,17 +489,23 @@ static void unbuild(gw_server *srv, int inited) {
     close(srv->fds[i]);
 }
 
-/* Everything that can fail, in order: the spool, the workers (store,
- * pool), the admin socket. 0, or 1/2 for the exit status (2: a bad URI). */
+/* Everything that can fail, in order: the workers (store, pool), the
+ * spool (after the store, so that a bad store URI leaves no spool
+ * directory behind), the admin socket. 0, or 1/2 for the exit status (2: a
+ * bad URI). */
 static int build(gw_server *srv, const struct sockaddr_storage *up, int *admin_fd,
                  int *admin_port) {
   const gw_config *cfg = srv->cfg;
-  int rc = open_spool(srv), inited = 0;
+  int rc = 0, inited = 0;
   for (int i = 0; i < cfg->workers && !rc; i++) {
     srv->workers[i].id = i;
     rc = worker_init(&srv->workers[i], cfg, srv->fds[i], up, srv);
     inited = i + 1;
   }
+  if (!rc)
+    rc = open_spool(srv);
+  for (int i = 0; i < cfg->workers && !rc; i++)
+    worker_take_spool(&srv->workers[i], srv->spool);
   if (!rc && cfg->has_admin && (*admin_fd = listen_or_say(&cfg->admin, admin_port, 0, " (admin)")) < 0)
     rc = -1;
   if (!rc)

@@ -79,7 +79,7 @@ def idem_bin():
     raise RuntimeError("set IDEM_BIN to the built idem binary")
 
 
-_held_ports = {}  # port -> its open lock file, held while this process lives
+_held_ports = {}  # port -> the descriptor of its lock file, held while this process lives
 
 
 def _reserved_range():
@@ -111,18 +111,20 @@ def free_port():
         p = random.randrange(lo, hi)
         if p in _held_ports:
             continue
-        f = open(os.path.join(d, str(p)), "a")
+        # a bare descriptor, not a file object: Python warns at exit about
+        # file objects still open, and these stay open on purpose
+        fd = os.open(os.path.join(d, str(p)), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", p))
             finally:
                 s.close()
         except OSError:
-            f.close()  # held by another test process, or in use
+            os.close(fd)  # held by another test process, or in use
             continue
-        _held_ports[p] = f
+        _held_ports[p] = fd
         return p
     raise RuntimeError("no free port in %d-%d" % (lo, hi))
 

@@ -1,6 +1,7 @@
 """--access-log: one JSON line per request with its route, key, scope hash,
 outcome, fence, status and latencies; hostile targets and keys stay valid
-JSON; lines buffered in the gateway reach the file by SIGTERM (none lost);
+JSON; an absolute-form target is logged in the origin form sent upstream;
+lines buffered in the gateway reach the file by SIGTERM (none lost);
 SIGUSR1 reopens the path after a move (logrotate); `-` writes to standard
 output; a path that cannot be opened stops serve with status 2."""
 
@@ -75,6 +76,15 @@ class AccessLog(GatewayTestCase):
         self.assertEqual(got[0]["target"], '/a"b\\c?q=%00"}{')
         self.assertEqual(got[0]["key"], key)
         self.assertEqual(len(got), 2)
+
+    def test_absolute_form_target_is_logged_in_origin_form(self):
+        gw = self.gateway()
+        c = RawConn(gw.port)
+        c.send(b"GET http://h.example/a?q=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        c.read_response()
+        c.close()
+        got = self.stop_and_read(gw)
+        self.assertEqual([(x["method"], x["target"]) for x in got], [("GET", "/a?q=1")])
 
     def test_route_index_from_the_config_file(self):
         conf = os.path.join(self.dir, "idem.yaml")

@@ -2,6 +2,7 @@
 request in flight, exit 0), and bad flag values (exit 2, the flag named with
 the accepted form)."""
 
+import os
 import re
 import signal
 import socket
@@ -192,6 +193,16 @@ class Lifecycle(GatewayTestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn("--store needs a value", err)
         self.assertNotIn("listening on", err)
+
+    def test_bad_store_uri_exits_2_and_creates_no_spool(self):
+        d = self.tempdir()
+        spool = os.path.join(d, "spool")
+        rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
+                                 "--upstream", self.up.url, "--store", "bogus:x",
+                                 "--spool", spool], timeout=15)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("bogus:x", err)
+        self.assertFalse(os.path.exists(spool), "a spool was made for a store that never opened")
 
     def test_help_lists_every_flag(self):
         rc, out, err = run_idem(["serve", "--help"], timeout=15)
