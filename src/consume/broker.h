@@ -88,6 +88,10 @@ typedef struct {
   /* Move m to the dead letters with reason (and its headers), then ack it:
    * both or neither. */
   void (*dead)(cs_broker *b, cs_msg *m, const char *reason, cs_settled_cb cb, void *arg);
+  /* m stays here, unsettled, for another --lock-ttl: the broker must not
+   * hand it to a consumer (this one included) in the meantime, nor count a
+   * delivery. Best effort: a broker that is away hears nothing. */
+  void (*keep)(cs_broker *b, cs_msg *m);
   /* Stop fetching; messages not yet settled stay with the broker (they come
    * again). Called after b->closing, b->done and b->done_arg are set; the
    * broker calls cs_broker_free once every handle is closed. Settles
@@ -99,7 +103,7 @@ typedef struct {
 #define CS_BROKER_VT(name, type, port, P)                                            \
   {.scheme = name, .size = sizeof(type), .params = P##_params, .default_port = port,  \
    .check_uri = P##_check_uri, .start = P##_start, .credit = P##_credit, .ack = P##_ack, \
-   .later = P##_later, .dead = P##_dead, .close = P##_close}
+   .later = P##_later, .dead = P##_dead, .keep = P##_keep, .close = P##_close}
 
 /* What every broker has: the first member of each broker's struct. */
 struct cs_broker {

@@ -127,6 +127,13 @@ static void a_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_
   command((abroker *)base, m, OP_DEAD, cb, arg);
 }
 
+/* Nothing to say: RabbitMQ hands an unacked message to no one else while
+ * the channel that holds it is open. */
+static void a_keep(cs_broker *base, cs_msg *msg) {
+  (void)base;
+  (void)msg;
+}
+
 static void a_credit(cs_broker *base, unsigned n) {
   (void)base; /* basic.qos prefetch is the window */
   (void)n;

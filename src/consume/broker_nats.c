@@ -14,7 +14,8 @@
  *                  the subscription, then natsSubscription_Fetch with a
  *                  batch of the flow's free concurrency, 1 s at a time;
  *                  messages go to the loop through a queue and a uv_async.
- *   the loop       acks (natsMsg_Ack), later (natsMsg_NakWithDelay: the
+ *   the loop       acks (natsMsg_Ack), keeps (natsMsg_InProgress), later
+ *                  (natsMsg_NakWithDelay: the
  *                  server redelivers after the delay, counting it),
  *   thread pool    dead letters: published to <subject>.dead with a
  *                  Nats-Msg-Id derived from the message's stream sequence
@@ -409,6 +410,12 @@ static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_c
   m->cb = cb;
   m->arg = arg;
   settled(m, natsMsg_NakWithDelay(m->nm, delay_ms > 0 ? delay_ms : 1, NULL) == NATS_OK);
+}
+
+/* +WPI: the server starts AckWait again, and does not count a delivery. */
+static void n_keep(cs_broker *base, cs_msg *msg) {
+  (void)base;
+  natsMsg_InProgress(((nmsg *)msg)->nm, NULL);
 }
 
 /* On the thread pool: publish the dead letter, wait for JetStream's ack,

@@ -18,9 +18,10 @@
  *          loses nothing. JUSTID leaves the delivery counter alone, so it
  *          counts deliveries, not postponements. A delay is at most
  *          --lock-ttl here.
+ *   keep   XCLAIM ... JUSTID to this consumer: idle 0 again (r_keep).
  *   dead   one Lua script: XADD NAME:dead (idem-reason, idem-id,
  *          idem-deliveries, then the entry's own fields), then XACK: both or
- *          neither.
+ *          neither, and neither for an entry no longer pending.
  * Reclaim: every lock-ttl/10 (50 ms to 1 s), XAUTOCLAIM takes over entries
  * idle longer than --lock-ttl (a dead consumer's, or postponed ones), and
  * XPENDING tells their delivery counts.
@@ -74,7 +75,11 @@ struct rbroker {
   char last_err[160];
 };
 
+/* An entry no longer pending (settled already, by another copy of it held
+ * somewhere) gets no second dead letter; XADD comes before XACK, so that a
+ * failed XADD (Redis does not roll a script back) leaves it pending. */
 static const char dead_script[] =
+    "if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return 0 end\n"
     "redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))\n"
     "return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])\n";
 
@@ -268,6 +273,16 @@ static void r_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_
   settle_send(m, (int)k, argv, lens);
   free(argv);
   free(lens);
+}
+
+/* XCLAIM to this consumer with no IDLE sets the entry's idle time back to
+ * 0, so the reclaim (here or in another consumer) leaves it alone for
+ * another lock-ttl; JUSTID leaves its delivery counter as it is. */
+static void r_keep(cs_broker *base, cs_msg *msg) {
+  rbroker *b = (rbroker *)base;
+  const char *argv[] = {"XCLAIM", b->stream, b->group, b->consumer, "0", msg->id, "JUSTID"};
+  if (b->up)
+    rconn_send(b->wr, 7, argv, NULL, NULL, NULL);
 }
 
 /* ---- reading new entries ---- */

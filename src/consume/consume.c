@@ -44,6 +44,8 @@ typedef struct cs_job {
   int bypass; /* no record: --on-store-error open, or the bench forwarder */
   uint64_t t0_ns, op_ns;
   uint64_t lease_end; /* uv_now() ms when the lease ends */
+  uint64_t kept_at;   /* uv_now() ms when the broker last heard it stays here */
+  int settling;       /* ack, later or dead asked of the broker */
   unsigned store_tries;
   gw_buf head;
   uv_buf_t bufs[2];
@@ -152,6 +154,7 @@ static void on_settled(void *arg, cs_msg *m, int ok) {
 }
 
 static void settle_ack(cs_job *j, const cs_answer *answer, cs_outcome o) {
+  j->settling = 1;
   if (!j->bypass)
     handler_done(j); /* the answer is durable: its ack needs no slot */
   cs_metrics_outcome(o);
@@ -166,16 +169,39 @@ static cs_answer kept_answer(const cs_job *j) {
 }
 
 static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o) {
+  j->settling = 1;
   if (o != CS_OUT_BUSY)
     cs_metrics_outcome(o);
   j->f->broker->vt->later(j->f->broker, j->m, delay_ms, on_settled, j);
 }
 
 static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
+  j->settling = 1;
   cs_metrics_outcome(o);
   fprintf(stderr, "idem consume: message %s%s%s goes to the dead letters: %s\n", j->m->id,
           j->key[0] ? " key " : "", j->key, reason);
   j->f->broker->vt->dead(j->f->broker, j->m, reason, on_settled, j);
+}
+
+/* ---- messages held without a lease ---- */
+
+/* A message this consumer holds with no lease in the store (its claim in
+ * flight, held while the store is away, parked behind a duplicate, or run
+ * without a record) must not go to another consumer, nor come back here as
+ * a new delivery: each redelivery counts towards --max-deliveries. So the
+ * broker hears that it stays here once it has been held for half the
+ * broker's takeover time (--lock-ttl). A claimed message needs nothing:
+ * the broker's takeover comes with the end of its lease. */
+void cs_flow_keep_held(cs_flow *f) {
+  uint64_t now = uv_now(&f->loop), due = (uint64_t)f->cfg->lock_ttl_ms / 2;
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &f->jobs) {
+    cs_job *j = IDEM_QUEUE_DATA(node, cs_job, linked);
+    if (j->fence || j->settling || now - j->kept_at < due)
+      continue;
+    f->broker->vt->keep(f->broker, j->m);
+    j->kept_at = now;
+  }
 }
 
 /* ---- waiting on the loop ---- */
@@ -564,6 +590,7 @@ void cs_flow_on_message(void *arg, cs_msg *m) {
   j->f = f;
   j->m = m;
   j->t0_ns = uv_hrtime();
+  j->kept_at = uv_now(&f->loop);
   start_job(j);
 }
 

@@ -41,12 +41,15 @@ static unsigned inflight(void *arg) {
 
 static const idem_store *admin_store(void *arg) { return ((cs_flow *)arg)->store; }
 
-static void signal_closed(uv_handle_t *h) { (void)h; }
+static void handle_closed(uv_handle_t *h) { (void)h; }
 
-static void close_signals(cs_flow *f) {
-  uv_close((uv_handle_t *)&f->sigterm, signal_closed);
-  uv_close((uv_handle_t *)&f->sigint, signal_closed);
+static void close_handles(cs_flow *f) {
+  uv_close((uv_handle_t *)&f->sigterm, handle_closed);
+  uv_close((uv_handle_t *)&f->sigint, handle_closed);
+  uv_close((uv_handle_t *)&f->keep_timer, handle_closed);
 }
+
+static void on_keep_timer(uv_timer_t *t) { cs_flow_keep_held(t->data); }
 
 static void on_admin_stopped(void *arg) { (void)arg; }
 
@@ -57,7 +60,7 @@ static void on_store_closed(idem_store *st, void *arg) {
   if (f->admin)
     cs_admin_stop(f->admin, on_admin_stopped, f);
   f->admin = NULL;
-  close_signals(f);
+  close_handles(f);
 }
 
 static void on_pool_closed(void *arg) {
@@ -92,6 +95,7 @@ static void on_signal(uv_signal_t *s, int signum) {
   cs_broker_close(f->broker, on_broker_closed, f);
 }
 
+/* 0, or -1 (exit 1), or -2 for a malformed --store (exit 2). */
 static int open_parts(cs_flow *f, const struct sockaddr *to) {
   const cs_config *cfg = f->cfg;
   upstream_options uo = {.max_response = cfg->max_response, .timeout_ms = cfg->handler_timeout_ms};
@@ -102,10 +106,11 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
     char *msg = NULL;
     int rc = idem_store_open(&f->loop, cfg->store_uri, &f->store, &msg);
     if (rc && rc != IDEM_ESTORE) {
-      fprintf(stderr, "idem consume: cannot open store '%s': %s\n", cfg->store_uri,
-              msg ? msg : idem_strerror(rc));
+      /* a malformed URI is a bad flag value (2), as for serve */
+      fprintf(stderr, "idem consume: %s'%s': %s\n", rc == IDEM_EURI ? "--store " : "cannot open store ",
+              cfg->store_uri, msg ? msg : idem_strerror(rc));
       free(msg);
-      return -1;
+      return rc == IDEM_EURI ? -2 : -1;
     }
     free(msg);
     f->store_retry_at = uv_now(&f->loop) + 1000;
@@ -147,13 +152,18 @@ int cs_run(const cs_config *cfg) {
                        &to) ||
       uv_loop_init(&f->loop))
     return 1;
-  if (open_parts(f, (const struct sockaddr *)&to))
-    return 1; /* the process exits: what was opened goes with it */
+  int rc = open_parts(f, (const struct sockaddr *)&to);
+  if (rc)
+    return rc == -2 ? 2 : 1; /* the process exits: what was opened goes with it */
   uv_signal_init(&f->loop, &f->sigterm);
   uv_signal_init(&f->loop, &f->sigint);
   f->sigterm.data = f->sigint.data = f;
   uv_signal_start(&f->sigterm, on_signal, SIGTERM);
   uv_signal_start(&f->sigint, on_signal, SIGINT);
+  uint64_t every = (uint64_t)cfg->lock_ttl_ms / 4;
+  uv_timer_init(&f->loop, &f->keep_timer);
+  f->keep_timer.data = f;
+  uv_timer_start(&f->keep_timer, on_keep_timer, every ? every : 1, every ? every : 1);
   fprintf(stderr, "idem consume: consuming to http://%s%s, store %s\n", cfg->to_authority,
           cfg->to_path, cfg->no_store ? "none (benchmark forwarder)" : cfg->store_uri);
   cs_flow_give_credit(f);

@@ -34,6 +34,7 @@ typedef struct cs_flow {
   unsigned at_handler; /* from the handler request to a durable answer: at most --concurrency */
   int starting_handlers; /* start_handlers is running (consume.c) */
   unsigned nparked;   /* jobs parked behind a duplicate: most often none */
+  uv_timer_t keep_timer; /* cs_flow_keep_held, every quarter --lock-ttl */
 } cs_flow;
 
 /* The broker's on_message: m's claim starts at once; the handler gets it
@@ -41,6 +42,8 @@ typedef struct cs_flow {
 void cs_flow_on_message(void *arg, cs_msg *m);
 /* Tell the broker how many more messages the flow can take. */
 void cs_flow_give_credit(cs_flow *f);
+/* Tell the broker which messages held here without a lease stay here. */
+void cs_flow_keep_held(cs_flow *f);
 /* Stopping: messages held for the store or behind a duplicate go back. */
 void cs_flow_hand_back_held(cs_flow *f);
 

@@ -190,6 +190,28 @@ class OutcomeTests:
         m = c.admin_get("/metrics")[1]
         self.assertIn('idem_messages_total{outcome="replayed"} 1', m)
 
+    def test_store_outage_holds_the_message_without_counting_deliveries(self):
+        # held here through five takeover times (--lock-ttl 1s): the broker
+        # must neither hand it out again nor count deliveries towards
+        # --max-deliveries 2, or it would end dead-lettered (or run twice)
+        from redis_server import RedisServer
+        store = RedisServer().start()
+        self.addCleanup(store.cleanup)
+        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "1s", "--max-deliveries", "2",
+                          "--retry-delay", "1s", "--max-retry-delay", "4s",
+                          store=store.uri, admin=True)
+        store.kill()
+        self.publish([{"message_id": "k1", "body": "x"}])
+        wait_for(lambda: c.metric('idem_messages_total{outcome="store_error"}') >= 1, 20,
+                 what="the claim to fail while the store is down")
+        time.sleep(5)  # the outage (not a wait for a condition)
+        store.start()
+        self.wait_settled(30)
+        self.assertEqual([a["status"] for a in self.h.attempts("k1")], [200])
+        self.assertEqual(self.h.attempts("k1")[0]["headers"].get("X-Idem-Deliveries"), "1")
+        self.assertEqual(self.dead_letters(), [])
+        self.assertEqual(c.metric('idem_messages_total{outcome="executed"}'), 1)
+
     def test_busy_duplicate_on_another_consumer_waits_then_replays(self):
         self.h.delay = {"k1": 1.0}
         self.consumer()
