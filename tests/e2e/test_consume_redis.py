@@ -128,6 +128,8 @@ class Keys(ConsumeCase):
             (["--from", self.from_uri(), "--to", "http://a:1/", "--concurrency", "0"], "--concurrency"),
             (["--from", self.from_uri(), "--to", "http://a:1/", "--on-store-error", "x"], "--on-store-error"),
             (["--to", "http://a:1/"], "--from"),
+            (["--from", self.from_uri(), "--to", "http://127.0.0.1:1/", "--store", "bogus:x"], "--store"),
+            (["--from", self.from_uri(), "--to", "http://127.0.0.1:1/", "--store", "lmdb:"], "--store"),
         ]:
             rc, out, err = run_idem(["consume"] + args)
             self.assertEqual(rc, 2, (args, err))
