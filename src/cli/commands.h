@@ -23,7 +23,8 @@ int cli_parse(const setting_table *t, void *cfg, int argc, char **argv, settings
               const char *usage, const char *usage_end);
 
 /* Open an existing store for CMD (keys, gc), printing why not on failure;
- * returns 0 or exit code 1. An lmdb: path that holds no store is an error
+ * returns 0, or the exit code: 2 for a malformed URI (a bad --store value,
+ * as everywhere), 1 for a store that cannot be opened. An lmdb: path that holds no store is an error
  * here (the URI gets create=no unless it says otherwise): a mistyped path
  * must not look like an empty store. */
 struct idem_sync;

@@ -49,8 +49,8 @@ int cmd_gc(int argc, char **argv) {
   size_t limit = (size_t)args.limit;
 
   idem_sync *sync;
-  if (cli_open_existing_store("gc", store, &sync))
-    return 1;
+  if ((rc = cli_open_existing_store("gc", store, &sync)) != 0)
+    return rc;
   int err = 0;
   size_t deleted = 0;
   for (;;) {

@@ -220,8 +220,8 @@ int cmd_keys(int argc, char **argv) {
     return rc == 1 ? 0 : rc; /* 1: --help was printed */
 
   idem_sync *sync;
-  if (cli_open_existing_store("keys", a.store, &sync))
-    return 1;
+  if ((rc = cli_open_existing_store("keys", a.store, &sync)) != 0)
+    return rc;
   if (!strcmp(a.action, "list")) {
     rc = run_list(sync, &a);
   } else {

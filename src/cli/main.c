@@ -75,10 +75,10 @@ int cli_open_existing_store(const char *cmd, const char *uri, idem_sync **out) {
   int err = idem_sync_open(open_uri, out, &errmsg);
   free(own);
   if (err) {
-    fprintf(stderr, "idem %s: cannot open store '%s': %s\n", cmd, uri,
-            errmsg ? errmsg : idem_strerror(err));
+    fprintf(stderr, "idem %s: %s'%s': %s\n", cmd, err == IDEM_EURI ? "--store " : "cannot open store ",
+            uri, errmsg ? errmsg : idem_strerror(err));
     free(errmsg);
-    return 1;
+    return err == IDEM_EURI ? 2 : 1;
   }
   return 0;
 }

@@ -21,6 +21,7 @@
  * still locked by this one. Replaced: a DO UPDATE that always touched the
  * row to record its decision, one row version per replay.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,15 @@ static void integer(idem_pg_params *p, int64_t v, int size) {
   bytes(p, p->buf[p->n], (size_t)size);
 }
 
+/* A LIMIT for op->limit: 0 is the default page; SIZE_MAX (everything, as
+ * `idem keys list` asks across scopes) must not wrap to a negative bigint,
+ * which PostgreSQL refuses. */
+static int64_t sql_limit(size_t limit) {
+  if (!limit)
+    return 1000;
+  return limit > (size_t)INT64_MAX ? INT64_MAX : (int64_t)limit;
+}
+
 int idem_pg_params_build(const idem_op *op, idem_pg_params *p) {
   memset(p, 0, sizeof *p);
   const char *scope = op->scope ? op->scope : "";
@@ -217,11 +227,11 @@ int idem_pg_params_build(const idem_op *op, idem_pg_params *p) {
     p->stmt = IDEM_PG_LIST;
     text(p, op->scope); /* NULL: every scope */
     text(p, op->key);   /* NULL: from the start */
-    integer(p, (int64_t)(op->limit ? op->limit : 1000), 8);
+    integer(p, sql_limit(op->limit), 8);
     return 0;
   case IDEM_OP_GC:
     p->stmt = IDEM_PG_GC;
-    integer(p, (int64_t)(op->limit ? op->limit : 1000), 8);
+    integer(p, sql_limit(op->limit), 8);
     return 0;
   }
   return IDEM_EINVAL;

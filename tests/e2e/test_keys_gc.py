@@ -104,9 +104,14 @@ class KeysAndGc(GatewayTestCase):
         code, out, err = run_idem(["gc", "--store", "lmdb:%s/a/b/c" % self.dir])
         self.assertEqual(code, 1)
         self.assertIn("no store at", err)
+        # a malformed URI is a bad --store value: 2, as for serve
         code, out, err = run_idem(["keys", "list", "--store", self.store + "?colour=red"])
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)
         self.assertIn("unknown option 'colour'", err)
+        self.assertIn("--store", err)
+        code, out, err = run_idem(["gc", "--store", "foo:bar"])
+        self.assertEqual(code, 2)
+        self.assertIn("--store", err)
 
     def test_a_path_without_a_store_is_not_created(self):
         # a mistyped path must be an error, not a new empty store
@@ -135,7 +140,7 @@ class KeysAndGc(GatewayTestCase):
         self.assertEqual((code, out), (0, ""), err)
         self.assertTrue(os.path.exists(os.path.join(missing, "data.mdb")))
         code, out, err = run_idem(["keys", "list", "--store", "lmdb:%s?create=maybe" % missing])
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)  # a bad --store value
         self.assertIn("create 'maybe': want yes or no", err)
 
     def test_serve_with_create_no_refuses_a_missing_store(self):

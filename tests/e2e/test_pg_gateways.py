@@ -5,6 +5,7 @@ Runs itself under tests/support/with-postgres.sh when IDEM_TEST_PG_URI is
 unset (a throwaway server in a temp dir).
 """
 
+import json
 import os
 import sys
 import threading
@@ -56,6 +57,21 @@ class PostgresGateways(GatewayTestCase):
         # told to migrate: migrate=1 in the URI
         gw.store = uri + "?migrate=1"
         gw.start()
+
+    def test_keys_list_without_a_limit_or_scope(self):
+        # across every scope, with no --limit, list asks for everything at
+        # once: a LIMIT that must not wrap to a negative number
+        uri = fresh_database("idem_keys")
+        self.assertEqual(run_idem(["migrate", "--store", uri])[0], 0)
+        gw = self.start_gateway(self.start_upstream(), store=uri)
+        for k in ("pg-b", "pg-a", "pg-c"):
+            self.assertEqual(gw.request("POST", "/pay", body=b"{}", key=k).status, 200)
+        for args in ([], ["pg-a"], ["--limit", "2"]):
+            rc, out, err = run_idem(["keys", "list", "--store", uri] + args)
+            self.assertEqual(rc, 0, (args, err))
+            want = {(): ["pg-a", "pg-b", "pg-c"], ("pg-a",): ["pg-b", "pg-c"],
+                    ("--limit", "2"): ["pg-a", "pg-b"]}[tuple(args)]
+            self.assertEqual([json.loads(line)["key"] for line in out.splitlines()], want, args)
 
     def test_three_gateways_execute_each_key_once(self):
         uri = fresh_database("idem_three")
