@@ -84,8 +84,7 @@ static int parse_query(cs_uri *u, const char *q, char *err, size_t len) {
   return 0;
 }
 
-int cs_uri_parse(const char *uri, cs_uri *u, char *err, size_t len) {
-  memset(u, 0, sizeof *u);
+static int parse_uri(const char *uri, cs_uri *u, char *err, size_t len) {
   const char *sep = strstr(uri, "://");
   if (!sep || sep == uri || (size_t)(sep - uri) >= sizeof u->scheme)
     return idem_errf(err, len, "no scheme (e.g. redis://HOST:PORT?stream=S&group=G)");
@@ -112,6 +111,14 @@ int cs_uri_parse(const char *uri, cs_uri *u, char *err, size_t len) {
   if (!u->path)
     return idem_errf(err, len, "bad percent-encoding in the path");
   return q ? parse_query(u, q + 1, err, len) : 0;
+}
+
+int cs_uri_parse(const char *uri, cs_uri *u, char *err, size_t len) {
+  memset(u, 0, sizeof *u);
+  if (parse_uri(uri, u, err, len) == 0)
+    return 0;
+  cs_uri_clear(u); /* what was taken before the error */
+  return -1;
 }
 
 void cs_uri_clear(cs_uri *u) {

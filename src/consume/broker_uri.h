@@ -25,7 +25,8 @@ typedef struct {
   char *names[CS_URI_MAX_PARAMS], *values[CS_URI_MAX_PARAMS];
 } cs_uri;
 
-/* 0, or -1 with a sentence in err (why the URI is malformed). */
+/* 0, or -1 with a sentence in err (why the URI is malformed) and nothing
+ * left to clear. */
 int cs_uri_parse(const char *uri, cs_uri *out, char *err, size_t errlen);
 void cs_uri_clear(cs_uri *u);
 /* The value of parameter name, or NULL. */
