@@ -3,8 +3,8 @@
 
 #include "core/queue.h"
 #include "http/deadline.h"
+#include "http/respparse.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -12,11 +12,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <http_parser.h>
-
 #define IDLE_CLOSE_MS 15000 /* close pooled connections unused this long */
 #define MAX_IDLE 512
-#define STATUS_PREFIX 13 /* "HTTP/1.1 200 ": what status_line_ok checks */
 
 enum { UC_CONNECTING, UC_BUSY, UC_IDLE, UC_CLOSING };
 
@@ -25,25 +22,20 @@ typedef struct up_conn {
   uv_timer_t timer;
   uv_connect_t creq;
   uv_write_t wreq;
-  http_parser p;
+  gw_respparser rp; /* the answer to the request in flight */
   upstream_pool *pool;
   idem_queue idle_link; /* in pool->idle while idle */
   int state;
   int handles; /* open uv handles, the conn is freed at 0 */
   int reused;
-  int msg_done;
   int writing;
   int sent_any; /* some byte of the request reached the socket */
-  int in_body; /* header callbacks now carry trailers: dropped */
   size_t got;
-  char sl[STATUS_PREFIX]; /* the start of the current answer's status line */
-  unsigned sl_len;
   /* the request in flight */
   const uv_buf_t *bufs;
   unsigned nbufs;
   int is_head, retry_safe;
   const upstream_stream *stream;
-  int streaming; /* the head went to stream->on_head */
   int abandoned; /* upstream_abort: closing, never reused */
   int paused;    /* upstream_pause: reading stopped, the deadline too */
   uint64_t deadline_left; /* ms of --upstream-timeout left when paused */
@@ -173,114 +165,6 @@ static void conn_close(up_conn *c) {
   uv_close((uv_handle_t *)&c->timer, on_close);
 }
 
-/* ---- response parsing ---- */
-
-static int r_begin(http_parser *p) {
-  up_conn *c = p->data;
-  gw_headers_reset(&c->resp->headers);
-  c->resp->body.len = 0;
-  c->in_body = 0;
-  return 0;
-}
-static int r_field(http_parser *p, const char *at, size_t len) {
-  up_conn *c = p->data;
-  return c->in_body ? 0 : gw_headers_on_field(&c->resp->headers, at, len);
-}
-static int r_value(http_parser *p, const char *at, size_t len) {
-  up_conn *c = p->data;
-  return c->in_body ? 0 : gw_headers_on_value(&c->resp->headers, at, len);
-}
-static void start_streaming(up_conn *c) {
-  c->streaming = 1;
-  c->resp->conn = c;
-  c->stream->on_head(c->arg, c->resp);
-}
-/* RFC 9112 4: status-line = HTTP-version SP 3DIGIT SP [reason-phrase].
- * http_parser also reads "HTTP/1.1 20", "HTTP/1.1 0200" or two spaces as a
- * status, which is not what a strict peer would read: so the first bytes of
- * the line are checked here. A CR or LF right after the digits (no SP before
- * an empty reason) is tolerated, as most clients do. */
-static int status_line_ok(const char *s, size_t n) {
-  if (n != STATUS_PREFIX || memcmp(s, "HTTP/1.", 7) || !isdigit((unsigned char)s[7]) ||
-      s[8] != ' ')
-    return 0;
-  for (int i = 9; i < 12; i++)
-    if (!isdigit((unsigned char)s[i]))
-      return 0;
-  return s[12] == ' ' || s[12] == '\r' || s[12] == '\n';
-}
-
-/* Whether an answer head may go on: a well-formed status line, a status
- * in 100-599, and of the 1xx only 100 and 103, which are interim (102 is
- * obsolete and 104-199 undefined, so neither can be known to be interim or
- * final). 101 never is: the gateway forwards no Upgrade, so nothing asked
- * for a protocol switch. */
-static int status_acceptable(const up_conn *c, int status) {
-  if (!status_line_ok(c->sl, c->sl_len) || status < 100 || status > 599)
-    return 0;
-  return status >= 200 || status == 100 || status == 103;
-}
-
-/* Keep the first bytes of an answer's status line (see status_line_ok);
- * data starts where the parser is. */
-static void collect_status_line(up_conn *c, const char *data, size_t len) {
-  for (size_t i = 0; i < len && c->sl_len < STATUS_PREFIX; i++) {
-    if (c->sl_len == 0 && (data[i] == '\r' || data[i] == '\n'))
-      continue; /* http_parser skips empty lines before the status line */
-    c->sl[c->sl_len++] = data[i];
-  }
-}
-
-static int r_headers_complete(http_parser *p) {
-  up_conn *c = p->data;
-  gw_headers_done(&c->resp->headers);
-  c->in_body = 1;
-  c->resp->status = p->status_code;
-  if (!status_acceptable(c, p->status_code))
-    return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
-  if (!c->stream->past_limit && p->status_code >= 200) {
-    start_streaming(c);
-    return c->is_head ? 1 : 0;
-  }
-  if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !c->is_head) {
-    if (p->content_length > c->pool->opts.max_response) {
-      start_streaming(c);
-      return 0;
-    }
-    if (gw_buf_reserve(&c->resp->body, (size_t)p->content_length))
-      return -1;
-  }
-  return c->is_head ? 1 : 0;
-}
-static int r_body(http_parser *p, const char *at, size_t len) {
-  up_conn *c = p->data;
-  if (c->streaming) {
-    c->stream->on_data(c->arg, at, len);
-    return 0;
-  }
-  if (c->resp->body.len + len > c->pool->opts.max_response) {
-    start_streaming(c);
-    c->stream->on_data(c->arg, at, len);
-    return 0;
-  }
-  return gw_buf_append(&c->resp->body, at, len);
-}
-static int r_complete(http_parser *p) {
-  up_conn *c = p->data;
-  c->msg_done = 1;
-  http_parser_pause(p, 1);
-  return 0;
-}
-
-static const http_parser_settings rsettings = {
-    .on_message_begin = r_begin,
-    .on_header_field = r_field,
-    .on_header_value = r_value,
-    .on_headers_complete = r_headers_complete,
-    .on_body = r_body,
-    .on_message_complete = r_complete,
-};
-
 /* One timer per connection serves both deadlines (deadline.h):
  * --upstream-timeout while connecting or busy, IDLE_CLOSE_MS while pooled. */
 static void on_deadline(uv_timer_t *t) {
@@ -308,8 +192,8 @@ static void defer(up_conn *c, uv_timer_cb cb) {
 
 /* A full answer arrived; leftover bytes mean the upstream misbehaves. */
 static void answered(up_conn *c, int leftover) {
-  int keep = http_should_keep_alive(&c->p) && !leftover && !c->pool->closing && !c->abandoned &&
-             c->pool->nidle < MAX_IDLE && c->p.upgrade == 0;
+  int keep = gw_respparser_keep_alive(&c->rp) && !leftover && !c->pool->closing &&
+             !c->abandoned && c->pool->nidle < MAX_IDLE;
   c->resp->keep_alive = keep;
   if (keep) {
     upstream_pool *pool = c->pool;
@@ -353,10 +237,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     if (nread == UV_EOF && c->got) {
       /* an answer delimited by the end of the connection */
-      if (HTTP_PARSER_ERRNO(&c->p) == HPE_PAUSED)
-        http_parser_pause(&c->p, 0);
-      http_parser_execute(&c->p, &rsettings, NULL, 0);
-      if (c->msg_done && c->resp->status >= 200) {
+      if (gw_respparser_eof(&c->rp) == GW_RESP_DONE) {
         c->resp->keep_alive = 0;
         finish(c, UP_OK);
         conn_close(c);
@@ -373,28 +254,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   c->got += (size_t)nread;
   /* the timer is not re-armed here: --upstream-timeout bounds the whole
    * answer, so an upstream that trickles cannot hold a request forever */
-  const char *data = buf->base;
-  size_t len = (size_t)nread;
-  while (len) {
-    if (c->sl_len < STATUS_PREFIX)
-      collect_status_line(c, data, len);
-    size_t n = http_parser_execute(&c->p, &rsettings, data, len);
-    enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
-    if (e != HPE_OK && e != HPE_PAUSED) {
-      finish(c, UP_BAD_RESPONSE);
-      conn_close(c);
-      return;
-    }
-    data += n;
-    len -= n;
-    if (!c->msg_done)
-      break;
-    c->msg_done = 0;
-    http_parser_pause(&c->p, 0);
-    if (c->resp->status == 100 || c->resp->status == 103) {
-      c->sl_len = 0;
-      continue; /* interim answer (100 Continue, 103): the real one follows */
-    }
+  size_t len = (size_t)nread, used;
+  gw_resp_result r = gw_respparser_feed(&c->rp, buf->base, len, &used);
+  if (r == GW_RESP_ERROR) {
+    finish(c, UP_BAD_RESPONSE);
+    conn_close(c);
+    return;
+  }
+  if (r == GW_RESP_DONE) {
     if (c->writing) {
       /* answered before the request was fully written: take the answer,
        * never reuse the connection */
@@ -403,8 +270,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       conn_close(c);
       return;
     }
-    answered(c, len != 0);
-    return;
+    answered(c, used < len);
   }
 }
 
@@ -426,11 +292,8 @@ static void send_now(up_conn *c) {
   c->state = UC_BUSY;
   c->got = 0;
   c->sent_any = 0;
-  c->streaming = 0;
-  c->msg_done = 0;
-  c->sl_len = 0;
-  http_parser_init(&c->p, HTTP_RESPONSE);
-  c->p.data = c;
+  gw_respparser_start(&c->rp, c->resp, c->stream, c->arg, c, c->pool->opts.max_response,
+                      c->is_head);
   c->wreq.data = c;
   /* Write at once when the socket takes it all: no queued write request
    * (libuv 1.44 re-arms epoll after each one). */

@@ -1,9 +1,11 @@
 # HTTP gateway: unit tests that compile parts of src/http/ in (they are not
 # in libidem) and need the packaged HTTP parser.
-if(TARGET test_http_request)
-  target_include_directories(test_http_request PRIVATE ${HTTP_PARSER_INCLUDE})
-  target_link_libraries(test_http_request PRIVATE ${HTTP_PARSER_LIB})
-endif()
+foreach(t test_http_request test_http_response)
+  if(TARGET ${t})
+    target_include_directories(${t} PRIVATE ${HTTP_PARSER_INCLUDE})
+    target_link_libraries(${t} PRIVATE ${HTTP_PARSER_LIB})
+  endif()
+endforeach()
 
 # The route table and the config file (src/http/route.c, config_file.c, on
 # libyaml) are linked into every test that compiles config.c in, and into
