@@ -301,8 +301,8 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
   char *msg = NULL;
   int rc = idem_store_open_cached(&w->loop, cfg->store_uri, cfg->cache_uri, &w->store, &msg);
   if (rc) {
-    fprintf(stderr, "idem serve: store %s: %s%s%s\n", cfg->store_uri,
-            idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
+    fprintf(stderr, "idem serve: %s %s: %s%s%s\n", rc == IDEM_EURI ? "--store" : "store",
+            cfg->store_uri, idem_strerror(rc), msg ? ": " : "", msg ? msg : "");
     free(msg);
     w->store = NULL;
     /* A network store that is down is retried per request (503 or

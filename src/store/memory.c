@@ -1,6 +1,7 @@
 /* memory.c - the memory: store. One table per name, shared by every handle
  * in the process (one handle per loop), guarded by a mutex. No durability:
  * for tests, and as the reference for how a backend runs idem_transition. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,8 +192,12 @@ static table *table_find(const char *name) {
 }
 
 static int memory_open(idem_store *store, const char *uri, char **errmsg) {
-  (void)errmsg;
   const char *name = uri + strlen("memory:");
+  if (strchr(name, '?')) { /* an option meant for another store, or a typo */
+    if (errmsg && asprintf(errmsg, "memory: takes no options (memory:[NAME]): '%s'", uri) < 0)
+      *errmsg = NULL;
+    return IDEM_EURI;
+  }
   pthread_mutex_lock(&registry_lock);
   table *t = table_find(name);
   if (!t && (t = table_new(name)))
