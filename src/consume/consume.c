@@ -183,19 +183,6 @@ static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
   j->f->broker->vt->dead(j->f->broker, j->m, reason, on_settled, j);
 }
 
-/* The lease ran out while j ran, and another delivery holds the key now
- * (a store answer of IDEM_ESTALE). That delivery may be this very message
- * (a broker's takeover hands out the same entry): an ack here would settle
- * it under the new holder, and a failure there could then not bring it
- * back. So j goes back to the broker instead, and on its next delivery the
- * record decides: a replay once the new holder's answer is kept, a run if
- * it released the key. */
-static void settle_taken_over(cs_job *j) {
-  fprintf(stderr, "idem consume: message %s key %s: the lease ran out while it ran, and the key "
-                  "was taken over; it comes again and the record decides\n", j->m->id, j->key);
-  settle_later(j, j->f->cfg->retry_delay_ms, CS_OUT_RETRY);
-}
-
 /* ---- messages held without a lease ---- */
 
 /* A message this consumer holds with no lease in the store (its claim in
@@ -275,12 +262,7 @@ typedef struct {
 static void on_failed(idem_store *st, const idem_result *res, void *arg) {
   dead_ctx *d = arg;
   (void)st;
-  if (res->err == IDEM_ESTALE) {
-    settle_taken_over(d->j);
-    free(d);
-    return;
-  }
-  if (res->err)
+  if (res->err && res->err != IDEM_ESTALE)
     fprintf(stderr, "idem consume: marking key '%s' failed: %s (its lease runs out instead)\n",
             d->j->key, idem_strerror(res->err));
   settle_dead(d->j, d->reason, CS_OUT_DEAD);
@@ -324,13 +306,10 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   (void)st;
   cs_metrics_observe(CS_HIST_COMPLETE, since_us(j->op_ns));
   note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
-  if (!res->err) {
+  if (!res->err || res->err == IDEM_ESTALE) {
+    /* stale: the lease was taken over, and the other answer is the one kept */
     cs_answer a = kept_answer(j);
-    settle_ack(j, &a, CS_OUT_EXECUTED);
-    return;
-  }
-  if (res->err == IDEM_ESTALE) {
-    settle_taken_over(j);
+    settle_ack(j, res->err ? NULL : &a, CS_OUT_EXECUTED);
     return;
   }
   if (res->err == IDEM_EFULL && !j->keep_marker) {
