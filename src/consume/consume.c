@@ -46,6 +46,7 @@ typedef struct cs_job {
   uint64_t lease_end; /* uv_now() ms when the lease ends */
   uint64_t kept_at;   /* uv_now() ms when the broker last heard it stays here */
   int settling;       /* ack, later or dead asked of the broker */
+  int reclaimed;      /* its answer came back stale once and it claimed again */
   unsigned store_tries;
   gw_buf head;
   uv_buf_t bufs[2];
@@ -299,6 +300,27 @@ static void fail_dead(cs_job *j, int status, const char *reason) {
 /* ---- keeping the answer ---- */
 
 static void keep(cs_job *j);
+static void claim_then(cs_job *j, idem_cb cb);
+
+/* After a stale answer (the lease ran out while the handler ran, and
+ * another delivery took the key): if the key is free again (that delivery
+ * released it, or its lease ran out too), this run's answer is kept under
+ * a new claim, with no second handler call. That delivery may have been
+ * this very message (a takeover hands out the same entry), which the ack
+ * then settles: without this, a takeover that failed after the stale ack
+ * left the first run's effect done and no answer kept. Otherwise the other
+ * holder's answer stands. */
+static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
+  cs_job *j = arg;
+  (void)st;
+  if (!res->err && res->outcome == IDEM_CLAIMED) {
+    j->fence = res->fence;
+    j->lease_end = uv_now(&j->f->loop) + (uint64_t)j->f->cfg->lock_ttl_ms;
+    keep(j);
+    return;
+  }
+  settle_ack(j, NULL, CS_OUT_EXECUTED);
+}
 
 static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   cs_job *j = arg;
@@ -306,6 +328,11 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   (void)st;
   cs_metrics_observe(CS_HIST_COMPLETE, since_us(j->op_ns));
   note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
+  if (res->err == IDEM_ESTALE && !j->reclaimed) {
+    j->reclaimed = 1;
+    claim_then(j, on_reclaimed);
+    return;
+  }
   if (!res->err || res->err == IDEM_ESTALE) {
     /* stale: the lease was taken over, and the other answer is the one kept */
     cs_answer a = kept_answer(j);
@@ -550,12 +577,14 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   }
 }
 
-static void claim(cs_job *j) {
+static void claim_then(cs_job *j, idem_cb cb) {
   idem_op op = {.kind = IDEM_OP_CLAIM, .lease_ms = j->f->cfg->lock_ttl_ms,
                 .ttl_ms = j->f->cfg->ttl_ms};
   memcpy(op.fingerprint, j->fp, sizeof j->fp);
-  submit(j, &op, on_claim);
+  submit(j, &op, cb);
 }
+
+static void claim(cs_job *j) { claim_then(j, on_claim); }
 
 static void start_job(cs_job *j) {
   cs_flow *f = j->f;

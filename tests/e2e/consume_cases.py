@@ -80,6 +80,9 @@ class BrokerCase(unittest.TestCase):
 
 class OutcomeTests:
     no_key_reason = "no message id"
+    # whether the broker hands a message held past --lock-ttl to another
+    # delivery (Redis's reclaim, NATS's AckWait); RabbitMQ does not
+    takes_over_silent_consumers = True
     def test_runs_once_replays_and_acks(self):
         self.consumer()
         self.publish([{"message_id": "k1", "body": '{"amount":5}', "content-type": "application/json",
@@ -211,6 +214,27 @@ class OutcomeTests:
         self.assertEqual(self.h.attempts("k1")[0]["headers"].get("X-Idem-Deliveries"), "1")
         self.assertEqual(self.dead_letters(), [])
         self.assertEqual(c.metric('idem_messages_total{outcome="executed"}'), 1)
+
+    def test_a_stale_answer_is_kept_when_the_key_is_free_again(self):
+        # the first run outlasts its lease (--lock-ttl 2s, the handler takes
+        # 3 s), so the broker hands the same message out again; that run
+        # fails (503) and releases the key. The first run's answer then comes
+        # back stale, and its ack settles the message: so it is kept under a
+        # new claim, not dropped (the effect was done, and no run comes after)
+        if not self.takes_over_silent_consumers:
+            self.skipTest("the broker hands no message held here to another delivery")
+        self.h.script = {"k1": [(200, 3.0), (503, 0)]}
+        self.consumer("--lock-ttl", "2s", "--handler-timeout", "5s", "--max-deliveries", "10",
+                      "--retry-delay", "2s", "--max-retry-delay", "2s")
+        self.publish([{"message_id": "k1", "body": "x"}])
+        wait_for(lambda: len(self.h.attempts("k1")) >= 2, 30, what="the first run's stale answer")
+        self.wait_settled(60)
+        rec = self.record("k1")
+        self.assertEqual(rec["state"], "completed", (rec, self.h.attempts("k1")))
+        self.assertEqual(rec["response"]["status"], 200, rec)
+        self.assertGreaterEqual(rec["fence"], 3, rec)  # claimed after the takeover's release
+        self.assertEqual([a["status"] for a in self.h.attempts("k1")], [503, 200])
+        self.assertEqual(self.dead_letters(), [])
 
     def test_busy_duplicate_on_another_consumer_waits_then_replays(self):
         self.h.delay = {"k1": 1.0}

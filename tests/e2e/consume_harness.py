@@ -7,6 +7,7 @@
     h.fail_always = {"k2"}                 # 500 every time
     h.status = {"k3": 400}                 # answer this status
     h.delay = {"k4": 1.0}                  # take this long
+    h.script = {"k5": [(200, 3.0), (503, 0)]}  # per attempt, in order of arrival
     c = Consumer(from_uri, h.url + "/messages", store="lmdb:DIR", args=[...],
                  admin=True).start()       # waits for "broker connected"
     c.stop() / c.kill() / c.restart(); c.stderr()
@@ -81,12 +82,17 @@ class Handler:
         self.status = {}
         self.delay = {}
         self.fail_first_fraction = 0.0  # 503 on the first attempt of this share of keys
+        self.script = {}  # key -> [(status, delay), ...] for its attempts, in order of arrival
+        self._arrived = {}
         self.active = self.max_active = 0  # requests being handled now, and the most at once
         self._server = None
 
     def _decide(self, key):
         with self._lock:
             first = key not in self._log
+            n = self._arrived[key] = self._arrived.get(key, 0) + 1
+        if n <= len(self.script.get(key, ())):
+            return self.script[key][n - 1]
         if key in self.fail_always:
             return 500, self.delay.get(key, 0)
         if first and (key in self.fail_first or

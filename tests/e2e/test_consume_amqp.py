@@ -90,6 +90,8 @@ class AmqpCase(BrokerCase):
 
 
 class Outcomes(AmqpCase, OutcomeTests):
+    takes_over_silent_consumers = False
+
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
         c.declare("replies-" + self.queue)
