@@ -29,7 +29,12 @@ BAD_ANSWERS = {
     "http2": b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
 }
 
-GOOD = b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\ncreated"
+# RawUpstream closes each connection after one answer, so a good answer says
+# so: without "Connection: close" the gateway pools the connection, and a
+# keyed request sent on it before the close arrives breaks with nothing back
+# (a 502 that keeps the lease, as it must for a request that may have run).
+GOOD = (b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n"
+        b"Connection: close\r\n\r\ncreated")
 
 
 class RawUpstream:
