@@ -43,13 +43,9 @@ static const setting_table migrate_table = {"migrate", migrate_settings,
  * PostgreSQL, where opening a postgres:// URI says that this build has none). */
 static int other_store(const char *uri) {
   idem_sync *sync;
-  char *msg = NULL;
-  int err = idem_sync_open(uri, &sync, &msg);
-  if (err) {
-    fprintf(stderr, "idem migrate: %s\n", msg ? msg : idem_strerror(err));
-    free(msg);
-    return err == IDEM_EURI ? 2 : 1;
-  }
+  int rc = cli_open_existing_store("migrate", uri, &sync); /* never creates one */
+  if (rc)
+    return rc;
   idem_sync_close(sync);
   printf("%.*s stores have no schema: nothing to migrate\n", (int)strcspn(uri, ":"), uri);
   return 0;
@@ -65,7 +61,7 @@ static int postgres(const char *uri, int check) {
   char *msg = NULL;
   int err = idem_pg_uri_parse(uri, &u, &msg);
   if (err) {
-    fprintf(stderr, "idem migrate: %s\n", msg ? msg : idem_strerror(err));
+    fprintf(stderr, "idem migrate: --store '%s': %s\n", uri, msg ? msg : idem_strerror(err));
     free(msg);
     return 2;
   }

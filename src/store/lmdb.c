@@ -147,7 +147,7 @@ static int parse_uri(const char *uri, char **path, lmdb_options *opt, char **err
   const char *q = strchr(rest, '?');
   size_t path_len = q ? (size_t)(q - rest) : strlen(rest);
   if (path_len == 0)
-    return fail(errmsg, IDEM_EURI, "lmdb: no directory in '%s' (want lmdb:PATH, e.g. lmdb:./idem-data)", uri);
+    return fail(errmsg, IDEM_EURI, "lmdb: no directory given (want lmdb:PATH, e.g. lmdb:./idem-data)");
   *opt = default_options;
   int err = q ? parse_options(q + 1, opt, errmsg) : 0;
   if (err)

@@ -567,7 +567,7 @@ static int own_option(const idem_uri_option *o, idem_pg_uri *out, const char **b
   size_t vlen = strlen(v);
   if (!strcmp(o->name, "migrate")) {
     if (parse_flag(v, vlen, &out->migrate))
-      *bad = "migrate= takes 1 or 0";
+      *bad = "migrate= takes 1 or 0 (or yes/no, true/false)";
   } else if (!strcmp(o->name, "pool")) {
     if (parse_bounded(v, 2, 1, 64, &out->pool))
       *bad = "pool= takes a number of connections from 1 to 64";
@@ -581,6 +581,52 @@ static int own_option(const idem_uri_option *o, idem_pg_uri *out, const char **b
     return 0;
   }
   return 1;
+}
+
+/* A port list as libpq takes it ("5432" or "5432,5433", empty for the
+ * default): libpq itself looks at it only when it connects. */
+static int bad_ports(const char *v) {
+  for (const char *p = v; *p;) {
+    size_t n = strspn(p, "0123456789");
+    long port = n && n <= 5 ? strtol(p, NULL, 10) : 0;
+    if ((n && (port < 1 || port > 65535)) || (p[n] && p[n] != ','))
+      return 1;
+    p += n + (p[n] == ',');
+  }
+  return 0;
+}
+
+static int bad_sslmode(const char *v) {
+  static const char *const modes[] = {"disable", "allow", "prefer", "require", "verify-ca",
+                                      "verify-full"};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+    if (!strcmp(v, modes[i]))
+      return 0;
+  return 1;
+}
+
+/* What libpq would refuse in the URI (its syntax, a port, an sslmode), as
+ * a message; NULL when it takes it. Found here, it is a malformed --store
+ * (exit 2) rather than a failure to connect. */
+static char *conninfo_problem(const char *info) {
+  char *perr = NULL, *msg = NULL;
+  PQconninfoOption *opts = PQconninfoParse(info, &perr);
+  if (!opts) {
+    msg = idem_pg_message("postgres", perr ? perr : "out of memory");
+    PQfreemem(perr);
+    return msg;
+  }
+  for (PQconninfoOption *o = opts; o->keyword && !msg; o++) {
+    if (!o->val)
+      continue;
+    if (!strcmp(o->keyword, "port") && bad_ports(o->val))
+      msg = idem_pg_message("postgres", "the port must be a number from 1 to 65535");
+    else if (!strcmp(o->keyword, "sslmode") && bad_sslmode(o->val))
+      msg = idem_pg_message("postgres", "sslmode= takes disable, allow, prefer, require, "
+                                        "verify-ca or verify-full");
+  }
+  PQconninfoFree(opts);
+  return msg;
 }
 
 /* Append "?text" (the first option) or "&text" to info[0..*n). */
@@ -629,6 +675,15 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
     free(info);
     if (errmsg)
       *errmsg = idem_pg_message("postgres", bad);
+    return IDEM_EURI;
+  }
+  char *problem = conninfo_problem(info);
+  if (problem) {
+    free(info);
+    if (errmsg)
+      *errmsg = problem;
+    else
+      free(problem);
     return IDEM_EURI;
   }
   out->conninfo = info;

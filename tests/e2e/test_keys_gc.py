@@ -112,11 +112,22 @@ class KeysAndGc(GatewayTestCase):
         code, out, err = run_idem(["gc", "--store", "foo:bar"])
         self.assertEqual(code, 2)
         self.assertIn("--store", err)
+        code, out, err = run_idem(["keys", "list", "--store", "lmdb:"])
+        self.assertEqual(code, 2)
+        self.assertIn("--store 'lmdb:': lmdb: no directory given", err)
+        # what libpq would refuse only when connecting is malformed too
+        for uri in ("postgres://u@127.0.0.1:1/app%zz", "postgres://127.0.0.1:abc/db",
+                    "postgres://127.0.0.1:1/db?sslmode=bogus", "postgres://127.0.0.1:1/db?bogus=1"):
+            for cmd in (["keys", "list"], ["gc"], ["migrate", "--check"]):
+                code, out, err = run_idem(cmd + ["--store", uri])
+                self.assertEqual(code, 2, (cmd, uri, err))
+                self.assertIn("--store", err, (cmd, uri))
 
     def test_a_path_without_a_store_is_not_created(self):
         # a mistyped path must be an error, not a new empty store
         missing = os.path.join(self.dir, "typo")
-        for cmd in (["keys", "list"], ["keys", "get", "key-1"], ["gc"]):
+        for cmd in (["keys", "list"], ["keys", "get", "key-1"], ["gc"], ["migrate"],
+                    ["migrate", "--check"]):
             code, out, err = run_idem(cmd + ["--store", "lmdb:" + missing])
             self.assertEqual(code, 1, (cmd, out, err))
             self.assertIn("no store at '%s' (no such directory)" % missing, err)
@@ -135,6 +146,8 @@ class KeysAndGc(GatewayTestCase):
         # the store the gateway made opens as before, with or without options
         code, out, err = run_idem(["keys", "get", "key-1", "--store", self.store + "?batch=1"])
         self.assertEqual(code, 0, err)
+        code, out, err = run_idem(["migrate", "--check", "--store", self.store])
+        self.assertEqual((code, out), (0, "lmdb stores have no schema: nothing to migrate\n"), err)
         # asking for it creates one
         code, out, err = run_idem(["keys", "list", "--store", "lmdb:%s?create=yes" % missing])
         self.assertEqual((code, out), (0, ""), err)

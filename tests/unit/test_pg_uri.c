@@ -61,6 +61,26 @@ static void bad_options_are_refused(void **state) {
   parse_bad("postgres://h/db?timeout=10", "timeout=");
 }
 
+/* What libpq would refuse only when connecting is a malformed URI here. */
+static void what_libpq_refuses_is_refused(void **state) {
+  (void)state;
+  parse_bad("postgres://u@h/app%zz", "percent-encoded");
+  parse_bad("postgres://u@[::1/db", "]");
+  parse_bad("postgres://h/db?bogus=1", "bogus");
+  parse_bad("postgres://h/db?=1", "postgres:");
+  parse_bad("postgres://h:abc/db", "port");
+  parse_bad("postgres://h:0/db", "port");
+  parse_bad("postgres://h:65536/db", "port");
+  parse_bad("postgres://h1:5432,h2:x/db", "port");
+  parse_bad("postgres://h/db?port=54a", "port");
+  parse_bad("postgres://h/db?sslmode=bogus", "sslmode=");
+  parse_ok("postgres://h1:5432,h2:5433/db?sslmode=verify-full",
+           "postgres://h1:5432,h2:5433/db?sslmode=verify-full&connect_timeout=10", 0, 2, 64,
+           10000);
+  parse_ok("postgres://h1,h2:5433/db", "postgres://h1,h2:5433/db?connect_timeout=10", 0, 2, 64,
+           10000);
+}
+
 static void messages_are_one_line(void **state) {
   (void)state;
   char *m = idem_pg_message("postgres", "connection failed: refused\n\tIs the server running?\n");
@@ -70,4 +90,5 @@ static void messages_are_one_line(void **state) {
 
 UNIT_TESTS(cmocka_unit_test(options_are_taken_out),
            cmocka_unit_test(bad_options_are_refused),
+           cmocka_unit_test(what_libpq_refuses_is_refused),
            cmocka_unit_test(messages_are_one_line))
