@@ -297,11 +297,18 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return;
+  if (nread != UV_EOF) {
+    /* a reset (or another error): nothing can reach the client any more.
+     * A request in flight still runs and is recorded; its answer is
+     * dropped (status 0 in the access log). */
+    conn_close(c);
+    return;
+  }
   c->peer_eof = 1;
   uv_read_stop(s);
   c->reading = 0;
   if (c->ex)
-    return; /* answer the request in flight, then close */
+    return; /* a half-close: answer the request in flight, then close */
   if (c->rp.started && gw_reqparser_eof(&c->rp) == GW_PARSE_DONE) {
     dispatch(c, gw_reqparser_take(&c->rp));
     return;

@@ -64,6 +64,34 @@ class AccessLog(GatewayTestCase):
         self.assertGreater(ex["upstream_ms"], 0)
         self.assertGreaterEqual(ex["total_ms"], ex["upstream_ms"])
 
+    def test_a_client_that_resets_gets_status_0_and_its_request_is_kept(self):
+        import socket
+        import struct
+        from harness import request_bytes
+        gw = self.gateway()
+        hdr = {"X-Test-Delay-Ms": "1500"}
+        for key, reset in (("gone", True), ("half", False)):
+            c = RawConn(gw.port)
+            c.send(request_bytes("POST", "/pay", b"x", key=key, headers=hdr))
+            self.up.wait_count(key, 1)  # sent upstream: the answer is on its way
+            if reset:  # RST: the gateway can tell the client is gone
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                c.close()
+            else:  # FIN: a half-close, which may still want its answer
+                c.sock.shutdown(socket.SHUT_WR)
+            # the request still ran under its claim and was recorded
+            r = wait_for(lambda: (lambda r: r if r.status != 409 else None)(
+                gw.request("POST", "/pay", body=b"x", key=key)), 20, 0.1, key)
+            self.assertTrue(r.replayed, (key, r))
+            if not reset:
+                self.assertEqual(c.read_response().status, 200)
+                c.close()
+        self.assertEqual(self.up.count("gone") + self.up.count("half"), 2)
+        got = self.stop_and_read(gw)
+        first = {x["key"]: x for x in got if x["outcome"] == "executed"}
+        self.assertEqual((first["gone"]["status"], first["gone"]["fence"]), (0, 1), got)
+        self.assertEqual(first["half"]["status"], 200, got)
+
     def test_hostile_target_and_key_stay_valid_json(self):
         gw = self.gateway()
         key = 'k"\\}{'
