@@ -15,6 +15,7 @@
 #include "core/settings.h"
 #include "http/config_file.h"
 #include "idem/idem.h"
+#include "store/backend.h"
 #include "store/cache.h"
 
 void gw_addr_format(const char *host, int port, char *out, size_t len) {
@@ -156,6 +157,12 @@ static int parse_store(void *cfg, const setting *s, const char *v, char *err, si
   if (!*v)
     return refuse_value(err, len, s, v, "a store URI",
                   "memory:, lmdb:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,... or postgres://...");
+  char *why = NULL;
+  if (idem_store_uri_check(v, &why)) { /* found here, a file's error names its line */
+    snprintf(err, len, "--%s: %s", s->name, why ? why : "a malformed store URI");
+    free(why);
+    return -1;
+  }
   ((gw_config *)cfg)->store_uri = v;
   return 0;
 }

@@ -344,6 +344,26 @@ static int top_level(walker *w, const yaml_node_t *root) {
   return 0;
 }
 
+/* The file holds one document: what follows a second "---" would be
+ * silently left out, so it is an error (as is YAML there that does not
+ * parse). 0, or -1 with err set. */
+static int only_document(yaml_parser_t *parser, const char *name, char *err, size_t errlen) {
+  yaml_document_t next;
+  if (!yaml_parser_load(parser, &next)) {
+    snprintf(err, errlen, "%s:%lu: %s%s%s", name, (unsigned long)parser->problem_mark.line + 1,
+             parser->problem ? parser->problem : "not YAML", parser->context ? " " : "",
+             parser->context ? parser->context : "");
+    return -1;
+  }
+  const yaml_node_t *root = yaml_document_get_root_node(&next);
+  int more = root && !(root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0);
+  if (more)
+    snprintf(err, errlen, "%s:%lu: a second YAML document (after ---): the file holds one", name,
+             (unsigned long)next.start_mark.line + 1);
+  yaml_document_delete(&next);
+  return more ? -1 : 0;
+}
+
 int cf_parse(const char *text, size_t len, const char *name, const setting_table *top,
              const setting_table *route, cf_doc **out, char *err, size_t errlen) {
   cf_doc *d = calloc(1, sizeof *d);
@@ -372,6 +392,8 @@ int cf_parse(const char *text, size_t len, const char *name, const setting_table
   else
     rc = top_level(&w, root);
   yaml_document_delete(&doc);
+  if (!rc)
+    rc = only_document(&parser, name, err, errlen);
   yaml_parser_delete(&parser);
   if (rc) {
     cf_free(d);

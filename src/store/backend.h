@@ -58,11 +58,19 @@ static inline idem_req *idem_req_of(idem_queue *node) {
 
 typedef struct {
   const char *scheme; /* URI scheme without ':' */
+  /* Whether uri is well formed, without opening anything: 0, or IDEM_EURI
+   * (and may set *errmsg, malloc'd). open makes the same checks. */
+  int (*check)(const char *uri, char **errmsg);
   /* Set store->impl. On failure return IDEM_E* and may set *errmsg (malloc'd). */
   int (*open)(idem_store *store, const char *uri, char **errmsg);
   void (*submit)(idem_store *store, idem_req *req);
   void (*close)(idem_store *store);
 } idem_backend;
+
+/* Whether a store URI is well formed (its scheme is built in, its options
+ * parse), without opening anything: 0, or IDEM_EURI and *errmsg (malloc'd,
+ * may be NULL). */
+int idem_store_uri_check(const char *uri, char **errmsg);
 
 struct idem_cache;
 

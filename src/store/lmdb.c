@@ -337,6 +337,14 @@ static int env_open(const char *real, const lmdb_options *opt, lmdb_env **out, c
 
 /* ---- the backend ------------------------------------------------------- */
 
+static int lmdb_check(const char *uri, char **errmsg) {
+  char *path = NULL;
+  lmdb_options opt;
+  int err = parse_uri(uri, &path, &opt, errmsg);
+  free(path);
+  return err;
+}
+
 static int lmdb_open(idem_store *store, const char *uri, char **errmsg) {
   char *path = NULL;
   lmdb_options opt;
@@ -566,4 +574,4 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   return 0;
 }
 
-const idem_backend idem_backend_lmdb = {"lmdb", lmdb_open, lmdb_submit, lmdb_close};
+const idem_backend idem_backend_lmdb = {"lmdb", lmdb_check, lmdb_open, lmdb_submit, lmdb_close};

@@ -191,13 +191,20 @@ static table *table_find(const char *name) {
   return idem_queue_find_key(&registry, offsetof(table, registered), offsetof(table, name), name);
 }
 
-static int memory_open(idem_store *store, const char *uri, char **errmsg) {
-  const char *name = uri + strlen("memory:");
-  if (strchr(name, '?')) { /* an option meant for another store, or a typo */
+static int memory_check(const char *uri, char **errmsg) {
+  if (strchr(uri, '?')) { /* an option meant for another store, or a typo */
     if (errmsg && asprintf(errmsg, "memory: takes no options (memory:[NAME]): '%s'", uri) < 0)
       *errmsg = NULL;
     return IDEM_EURI;
   }
+  return 0;
+}
+
+static int memory_open(idem_store *store, const char *uri, char **errmsg) {
+  const char *name = uri + strlen("memory:");
+  int err = memory_check(uri, errmsg);
+  if (err)
+    return err;
   pthread_mutex_lock(&registry_lock);
   table *t = table_find(name);
   if (!t && (t = table_new(name)))
@@ -221,4 +228,5 @@ static void memory_close(idem_store *store) {
   idem_backend_closed(store);
 }
 
-const idem_backend idem_backend_memory = {"memory", memory_open, memory_submit, memory_close};
+const idem_backend idem_backend_memory = {"memory", memory_check, memory_open, memory_submit,
+                                          memory_close};

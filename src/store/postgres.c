@@ -339,4 +339,13 @@ static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
   return 0;
 }
 
-const idem_backend idem_backend_postgres = {"postgres", pgs_open, pgs_submit, pgs_close};
+static int pgs_check(const char *uri, char **errmsg) {
+  idem_pg_uri u;
+  int err = idem_pg_uri_parse(uri, &u, errmsg);
+  if (!err)
+    free(u.conninfo);
+  return err;
+}
+
+const idem_backend idem_backend_postgres = {"postgres", pgs_check, pgs_open, pgs_submit,
+                                            pgs_close};

@@ -190,6 +190,14 @@ rstore *redis_rs_open(idem_store *store, idem_redis_uri *uri, const redis_owner 
   return rs;
 }
 
+static int redis_check(const char *uri, char **errmsg) {
+  idem_redis_uri parsed;
+  int err = idem_redis_uri_parse(uri, &parsed, errmsg);
+  if (!err)
+    idem_redis_uri_clear(&parsed);
+  return err;
+}
+
 static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   idem_redis_uri parsed;
   int err = idem_redis_uri_parse(uri, &parsed, errmsg);
@@ -203,4 +211,5 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
   return 0;
 }
 
-const idem_backend idem_backend_redis = {"redis", redis_open, redis_submit, redis_close};
+const idem_backend idem_backend_redis = {"redis", redis_check, redis_open, redis_submit,
+                                         redis_close};

@@ -188,6 +188,14 @@ static void cluster_close(idem_store *store) {
   maybe_teardown(cl);
 }
 
+static int cluster_check(const char *uri, char **errmsg) {
+  idem_redis_uri parsed;
+  int err = idem_redis_cluster_uri_parse(uri, &parsed, errmsg);
+  if (!err)
+    idem_redis_uri_clear(&parsed);
+  return err;
+}
+
 static int cluster_open(idem_store *store, const char *uri, char **errmsg) {
   rcluster *cl = calloc(1, sizeof *cl);
   if (cl == NULL)
@@ -221,5 +229,5 @@ static int cluster_open(idem_store *store, const char *uri, char **errmsg) {
   return 0;
 }
 
-const idem_backend idem_backend_redis_cluster = {"redis+cluster", cluster_open, cluster_submit,
-                                                 cluster_close};
+const idem_backend idem_backend_redis_cluster = {"redis+cluster", cluster_check, cluster_open,
+                                                 cluster_submit, cluster_close};

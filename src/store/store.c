@@ -131,24 +131,39 @@ void idem_backend_closed(idem_store *store) {
   finish_close_if_idle(store);
 }
 
+/* The backend of uri's scheme; NULL (and *errmsg says why) when there is
+ * none in this build. */
+static const idem_backend *backend_for(const char *uri, char **errmsg) {
+  int i = find_scheme(uri);
+  const idem_backend *backend = i < 0 ? NULL : schemes[i].backend;
+  if (backend || !errmsg)
+    return backend;
+  if (i < 0) {
+    *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, redis+cluster://, postgres://)", uri);
+  } else {
+    char text[128];
+    snprintf(text, sizeof text, "this build of idem has no %s support (built with -D%s=OFF)",
+             schemes[i].store, schemes[i].option);
+    *errmsg = message(text, uri);
+  }
+  return NULL;
+}
+
+int idem_store_uri_check(const char *uri, char **errmsg) {
+  if (errmsg)
+    *errmsg = NULL;
+  const idem_backend *backend = backend_for(uri, errmsg);
+  return backend ? backend->check(uri, errmsg) : IDEM_EURI;
+}
+
 int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, char **errmsg) {
   if (errmsg)
     *errmsg = NULL;
   if (!loop || !uri || !out)
     return IDEM_EINVAL;
-  int i = find_scheme(uri);
-  const idem_backend *backend = i < 0 ? NULL : schemes[i].backend;
-  if (!backend) {
-    if (errmsg && i < 0)
-      *errmsg = message("unknown store URI (memory:, lmdb:PATH, redis://, redis+cluster://, postgres://)", uri);
-    else if (errmsg) {
-      char text[128];
-      snprintf(text, sizeof text, "this build of idem has no %s support (built with -D%s=OFF)",
-               schemes[i].store, schemes[i].option);
-      *errmsg = message(text, uri);
-    }
+  const idem_backend *backend = backend_for(uri, errmsg);
+  if (!backend)
     return IDEM_EURI;
-  }
   idem_store *store = calloc(1, sizeof *store);
   if (!store)
     return IDEM_ENOMEM;

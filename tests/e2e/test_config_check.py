@@ -58,6 +58,14 @@ BAD = [
     ("upstream: ftp://x\n", 1, "upstream: 'ftp://x' is not an upstream URL"),
     ("defaults:\n  listen: 127.0.0.1:1\n", 2, "listen is not a route setting"),
     ("- a\n- b\n", 1, "must be a map"),
+    # nothing after a second document is left out silently
+    ("ttl: 1h\n---\nbogus: 2h\n", 2, "a second YAML document"),
+    ("ttl: 1h\n---\n: : :\n[[[\n", 3, "did not find expected key"),
+    # a store URI is read as serve opens it: a bad one names its line
+    ('store: "foo:bar"\n', 1, "store: unknown store URI"),
+    ('ttl: 1h\nstore: "lmdb:"\n', 2, "store: lmdb: no directory given"),
+    ('store: "memory:a?x=1"\n', 1, "store: memory: takes no options"),
+    ('store: "lmdb:/tmp/x?colour=red"\n', 1, "unknown option 'colour'"),
 ]
 
 
@@ -88,6 +96,12 @@ class Check(ConfigTestCase):
             path = self.write_config(text)
             rc, out, err = run_idem(["config", "check", path])
             self.assertEqual(rc, 1, (text, out, err))
+            self.assertIn("%s:%d: " % (path, line), err, text)
+            self.assertIn(words, err, text)
+            # serve refuses it the same way, before it opens anything
+            rc, out, err = run_idem(["serve", "--config", path, "--listen", "127.0.0.1:0",
+                                     "--upstream", "http://127.0.0.1:1"])
+            self.assertEqual(rc, 2, (text, out, err))
             self.assertIn("%s:%d: " % (path, line), err, text)
             self.assertIn(words, err, text)
 
