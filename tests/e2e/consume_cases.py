@@ -217,14 +217,14 @@ class OutcomeTests:
 
     def test_a_stale_answer_is_kept_when_the_key_is_free_again(self):
         # the first run outlasts its lease (--lock-ttl 2s, the handler takes
-        # 3 s), so the broker hands the same message out again; that run
+        # 5 s), so the broker hands the same message out again; that run
         # fails (503) and releases the key. The first run's answer then comes
         # back stale, and its ack settles the message: so it is kept under a
         # new claim, not dropped (the effect was done, and no run comes after)
         if not self.takes_over_silent_consumers:
             self.skipTest("the broker hands no message held here to another delivery")
-        self.h.script = {"k1": [(200, 3.0), (503, 0)]}
-        self.consumer("--lock-ttl", "2s", "--handler-timeout", "5s", "--max-deliveries", "10",
+        self.h.script = {"k1": [(200, 5.0), (503, 0)]}
+        self.consumer("--lock-ttl", "2s", "--handler-timeout", "8s", "--max-deliveries", "10",
                       "--retry-delay", "2s", "--max-retry-delay", "2s")
         self.publish([{"message_id": "k1", "body": "x"}])
         wait_for(lambda: len(self.h.attempts("k1")) >= 2, 30, what="the first run's stale answer")
@@ -265,7 +265,7 @@ class OutcomeTests:
     def test_prefetch_fetches_ahead_but_runs_at_most_concurrency(self):
         keys = ["pf-%d" % i for i in range(6)]
         for k in keys:
-            self.h.delay[k] = 3.0
+            self.h.delay[k] = 5.0  # the window for the checks below
         c = self.consumer("--concurrency", "2", "--prefetch", "3", "--handler-timeout", "10s",
                           "--lock-ttl", "20s", admin=True)
         self.publish([{"message_id": k, "body": "x"} for k in keys])
@@ -285,7 +285,7 @@ class OutcomeTests:
     def test_claims_take_no_handler_slot(self):
         # a claim takes no --concurrency slot: the message fetched ahead is
         # claimed while the other one holds the only slot, not after it
-        self.h.delay["slot-a"] = self.h.delay["slot-b"] = 3.0
+        self.h.delay["slot-a"] = self.h.delay["slot-b"] = 5.0
         c = self.consumer("--concurrency", "1", "--prefetch", "1", "--handler-timeout", "10s",
                           admin=True)
         self.publish([{"message_id": "slot-a", "body": "a"}, {"message_id": "slot-b", "body": "b"}])

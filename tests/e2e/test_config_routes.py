@@ -122,8 +122,11 @@ class Routes(ConfigTestCase):
         # the defaults do not require a key
         self.assertEqual(self.post("/v1/other", b"{}", tid="free").status, 200)
         # ttl: 1s on this route: the key runs again once its record expires
+        t0 = time.monotonic()
         self.post("/v1/payments/p2", b"{}", key="short")
-        self.assertTrue(self.post("/v1/payments/p2", b"{}", key="short").replayed)
+        r = self.post("/v1/payments/p2", b"{}", key="short")
+        if time.monotonic() - t0 < 0.9:  # a stalled test may see it expired already
+            self.assertTrue(r.replayed, r)
         deadline = time.monotonic() + 10
         while self.post("/v1/payments/p2", b"{}", key="short").replayed:
             self.assertLess(time.monotonic(), deadline, "record never expired")
@@ -244,16 +247,19 @@ routes:
         self.assertTrue(r.replayed, (r, self.gw_log()))
         self.assertEqual(up.count("w1"), 1)
         # the defaults: 409 at once
-        t = threading.Thread(target=first, args=("/other", "w2", {"X-Test-Delay-Ms": "400"}))
+        t = threading.Thread(target=first, args=("/other", "w2", {"X-Test-Delay-Ms": "3000"}))
         t.start()
         up.wait_count("w2", 1)
         self.assertProblem(gw.request("POST", "/other", body=b"{}", key="w2"), 409)
         t.join()
         # lock_ttl: 1s: a request whose answer never came is taken over
         # after one second, with fence 2
+        claimed_at = time.monotonic()
         self.assertEqual(gw.request("POST", "/short-lease", body=b"{}", key="l1",
                                     headers={"X-Test-Hang": "1"}).status, 504)
-        self.assertProblem(gw.request("POST", "/short-lease", body=b"{}", key="l1"), 409)
+        r = gw.request("POST", "/short-lease", body=b"{}", key="l1")
+        if time.monotonic() - claimed_at < 0.9:  # a stalled test may reach the takeover
+            self.assertProblem(r, 409)
         deadline = time.monotonic() + 10
         while True:
             r = gw.request("POST", "/short-lease", body=b"{}", key="l1")

@@ -68,8 +68,8 @@ class Outcomes(ConsumeCase, OutcomeTests):
         # the handler outlives the lease: the duplicate parked behind it
         # claims when the lease ends (a takeover), and the first one's end
         # must not wake it a second time
-        self.h.delay = {"k1": 1.5}
-        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "4s")
+        self.h.delay = {"k1": 3.0}  # the takeover comes about 2 s before the answer
+        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "6s")
         self.publish([{"message_id": "k1", "body": "x"}, {"message_id": "k1", "body": "x"}])
         self.wait_settled(30)
         self.assertTrue(c.alive(), c.stderr())

@@ -7,7 +7,7 @@
   restarted once Redis is back, it replays each as acknowledged, drains its
   spool into Redis, and the upstream ran each once.
 - SIGTERM while Redis is away: the answers in flight go to the spool and to
-  their clients, the process exits 0 (--drain-timeout 2s), the entries are
+  their clients, the process exits 0 (--drain-timeout 6s), the entries are
   kept: replayed by the next start while Redis is still away, drained once
   it is back.
 - A spool that cannot be written (its tmpfs is full; not root: a path under
@@ -146,7 +146,7 @@ class GatewayKill(GatewayTestCase):
     def test_sigterm_while_redis_is_away_keeps_the_spool(self):
         rs = self.redis()
         up = self.start_upstream()
-        gw = self.start_gateway(up, "--workers", "2", "--drain-timeout", "2s",
+        gw = self.start_gateway(up, "--workers", "2", "--drain-timeout", "6s",
                                 store=rs.uri, admin=True)
         keys = ["term-%d" % i for i in range(4)]
         ts, results = self.in_flight(gw, keys)
@@ -155,10 +155,10 @@ class GatewayKill(GatewayTestCase):
         rs.kill()
         gw.proc.send_signal(signal.SIGTERM)  # while the upstream still works on them
         try:
-            rc = gw.wait_exit(30)  # --drain-timeout 2s, plus the 1.5s upstream
+            rc = gw.wait_exit(30)  # --drain-timeout 6s: the 1.5s upstream ends well within it
         except Exception:
             gw.kill()
-            self.fail("no exit 30s after SIGTERM with --drain-timeout 2s\n" + self.ctx())
+            self.fail("no exit 30s after SIGTERM with --drain-timeout 6s\n" + self.ctx())
         for t in ts:
             t.join(30)
         self.assertEqual(rc, 0, self.ctx())

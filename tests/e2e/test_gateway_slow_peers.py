@@ -269,6 +269,7 @@ class KeepAliveDeadlines(GatewayTestCase):
         c = RawConn(gw.port, timeout=30)
         self.addCleanup(c.close)
         for i in range(n):
+            c.last_sent = time.monotonic()  # before any timer the answer starts
             c.send(request_bytes("GET", "/ka-%d" % i))
             r = c.read_response(timeout=10)
             self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
@@ -278,7 +279,7 @@ class KeepAliveDeadlines(GatewayTestCase):
         up = self.start_upstream()
         gw = self.start_gateway(up, "--idle-timeout", "1s", "--client-timeout", "30s")
         c = self.served_conn(gw)
-        t0 = time.monotonic()
+        t0 = c.last_sent  # the idle timer started later, when the answer was written
         self.assertTrue(c.closed(timeout=8), "idle keep-alive connection open after 8 s "
                         "with --idle-timeout 1s")
         took = time.monotonic() - t0
@@ -289,8 +290,8 @@ class KeepAliveDeadlines(GatewayTestCase):
         gw = self.start_gateway(up, "--idle-timeout", "60s", "--client-timeout", "1s")
         c = self.served_conn(gw)
         time.sleep(1.5)  # idle past the first request's deadline: the timer re-armed
+        t0 = time.monotonic()  # before the bytes that start the deadline
         c.send(b"POST /ka-slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhalf")
-        t0 = time.monotonic()
         r = c.read_response(timeout=8)
         took = time.monotonic() - t0
         self.assertProblem(r, 408, self.gw_log())
