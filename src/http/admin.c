@@ -114,8 +114,11 @@ static void on_ready(idem_store *st, const idem_result *res, void *arg) {
     gw_admin_reply(r, 200, "text/plain", body, (size_t)len);
   else {
     char detail[160];
-    snprintf(detail, sizeof detail, "%s; spool: %zu answers waiting for the store",
-             idem_strerror(res->err), spooled);
+    if (spooled)
+      snprintf(detail, sizeof detail, "%s; spool: %zu answers waiting for the store",
+               idem_strerror(res->err), spooled);
+    else
+      snprintf(detail, sizeof detail, "%s", idem_strerror(res->err));
     gw_admin_reply_problem(r, 503, "store-unavailable", "Store unavailable", detail);
   }
 }

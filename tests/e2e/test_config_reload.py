@@ -67,6 +67,17 @@ class Reload(ConfigTestCase):
         self.assertEqual(gw.request("POST", "/a", body=b"{}").status, 200)
         self.assertTrue(gw.alive())
 
+    def test_a_route_lease_shorter_than_the_upstream_timeout_is_warned_of(self):
+        short = "routes:\n  - match: {path: /a}\n  - match: {path: /b}\n    lock_ttl: 1s\n"
+        warning = ("warning: --upstream-timeout (30000ms) is longer than the lock_ttl of "
+                   "route 2 (line 3) (1000ms)")
+        up, gw, path = self.start_config_gateway(short)
+        self.assertEqual(gw.stderr().count(warning), 1, gw.stderr())
+        self.reload(gw, path, V1, "reloaded")
+        self.reload(gw, path, short, "reloaded")  # and again after a reload that brings it
+        wait_for(lambda: gw.stderr().count(warning) == 2, 10, what="the warning again")
+        self.assertNotIn("--lock-ttl (", gw.stderr())  # the defaults' 30s is not shorter
+
     def test_reload_under_load_fails_nothing(self):
         up, gw, path = self.start_config_gateway(V1, admin=True)
         stop = threading.Event()

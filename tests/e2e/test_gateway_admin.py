@@ -5,7 +5,7 @@ admin routes are not on the main listener."""
 import re
 import urllib.parse
 
-from harness import GatewayTestCase, main
+from harness import GatewayTestCase, free_port, main
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\d+)?$")
 
@@ -41,6 +41,11 @@ class Admin(GatewayTestCase):
         # on lmdb the probe is a read snapshot, not a commit
         gw = self.start_gateway(self.up, admin=True, store="lmdb:%s/store" % self.tempdir())
         self.assertEqual(gw.admin_request("GET", "/readyz").status, 200, self.gw_log())
+        # a store that does not answer: 503, and no spool line with nothing spooled
+        gw = self.start_gateway(self.up, admin=True,
+                                store="redis://127.0.0.1:%d?timeout=500ms" % free_port())
+        doc = self.assertProblem(gw.admin_request("GET", "/readyz"), 503, self.gw_log())
+        self.assertNotIn("spool", doc["detail"], doc)
 
     def test_metrics_count_requests(self):
         r = self.gw.admin_request("GET", "/metrics")
