@@ -378,6 +378,8 @@ int policy_replayable_headers(const gw_headers *h, gw_buf *out) {
       continue;
     if (conn && gw_has_token(conn, clen, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
+    if (nlen == 19 && !strncasecmp(name, "Idempotent-Replayed", 19))
+      continue; /* the gateway's to say: a replay adds its own */
     if (gw_buf_header(out, name, nlen, gw_header_value(h, i), h->v[i].value_len))
       return -1;
   }

@@ -239,6 +239,20 @@ class Replay(GatewayTestCase):
             self.assertEqual(r.headers_all("X-Multi"), ["first", "second"], r)
         self.assertEqual(len(r2.headers_all("Idempotent-Replayed")), 1, r2)
 
+    def test_an_upstream_idempotent_replayed_is_not_kept(self):
+        # the header is the gateway's: a replay says true once, whatever the
+        # upstream said
+        gw = self.start_gateway(self.up)
+        h = [("X-Test-Set-Header", "Idempotent-Replayed: false")]
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/ir", b"x", key="ir", headers=h))
+            r1 = c.read_response()
+            c.send(request_bytes("POST", "/ir", b"x", key="ir", headers=h))
+            r2 = c.read_response()
+        self.assertEqual(r1.status, 200, self.gw_log())
+        self.assertEqual(r1.headers_all("Idempotent-Replayed"), [], r1)
+        self.assertEqual(r2.headers_all("Idempotent-Replayed"), ["true"], r2)
+
     def test_interim_1xx_is_not_the_stored_answer(self):
         gw = self.start_gateway(self.up)
         for code in ("100", "103"):
