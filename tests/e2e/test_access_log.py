@@ -92,6 +92,20 @@ class AccessLog(GatewayTestCase):
         self.assertEqual((first["gone"]["status"], first["gone"]["fence"]), (0, 1), got)
         self.assertEqual(first["half"]["status"], 200, got)
 
+    def test_no_answer_head_no_upstream_ms(self):
+        from harness import free_port
+        gw = self.start_gateway("http://127.0.0.1:%d" % free_port(), "--access-log", self.log,
+                                "--workers", "1")
+        self.assertEqual(gw.request("POST", "/pay", body=b"x", key="down").status, 502)
+        gw.stop()
+        gw2 = self.gateway("--upstream-timeout", "1s", "--lock-ttl", "1s")
+        r = gw2.request("POST", "/slow", body=b"x", key="late", headers={"X-Test-Hang": "1"})
+        self.assertEqual(r.status, 504, self.gw_log())
+        got = self.stop_and_read(gw2)  # both gateways' lines, in turn
+        down, late = got
+        self.assertEqual((down["outcome"], down["upstream_ms"]), ("upstream_error", None), got)
+        self.assertEqual(late["upstream_ms"], None, got)
+
     def test_hostile_target_and_key_stay_valid_json(self):
         gw = self.gateway()
         key = 'k"\\}{'
