@@ -68,6 +68,7 @@ struct nbroker {
   atomic_int up, up_seen;
   /* the fetch thread's */
   uv_thread_t thread;
+  char step[700]; /* what fetch_setup was doing when it failed */
   natsConnection *nc;
   jsCtx *js;
   natsSubscription *sub;
@@ -191,12 +192,14 @@ static void on_reconnected(natsConnection *nc, void *arg) {
  * to keep it (created when missing). */
 static natsStatus find_subjects(nbroker *b) {
   jsStreamInfo *si = NULL;
+  snprintf(b->step, sizeof b->step, "stream '%s'", b->stream);
   natsStatus s = js_GetStreamInfo(&si, b->js, b->stream, NULL, NULL);
   if (s != NATS_OK)
     return s;
   const char *subj = si->Config && si->Config->SubjectsLen > 0 ? si->Config->Subjects[0] : b->stream;
   snprintf(b->subject, sizeof b->subject, "%s", subj);
   jsStreamInfo_Destroy(si);
+  si = NULL; /* the calls below leave it as it is when they fail */
   size_t n = strlen(b->subject);
   if (n >= 2 && (!strcmp(b->subject + n - 2, ".>") || !strcmp(b->subject + n - 2, ".*")))
     b->subject[n - 2] = 0;
@@ -206,6 +209,9 @@ static natsStatus find_subjects(nbroker *b) {
     jsStreamInfo_Destroy(si);
     return NATS_OK;
   }
+  si = NULL;
+  snprintf(b->step, sizeof b->step, "creating the dead-letter stream '%s' for '%s'",
+           b->dead_stream, b->dead_subject);
   jsStreamConfig sc;
   jsStreamConfig_Init(&sc);
   const char *subjects[] = {b->dead_subject};
@@ -224,6 +230,9 @@ static natsStatus ensure_consumer(nbroker *b) {
     jsConsumerInfo_Destroy(ci);
     return NATS_OK;
   }
+  ci = NULL;
+  snprintf(b->step, sizeof b->step, "creating the consumer '%s' on stream '%s'", b->consumer,
+           b->stream);
   jsConsumerConfig cc;
   jsConsumerConfig_Init(&cc);
   cc.Durable = b->consumer;
@@ -242,6 +251,7 @@ static natsStatus fetch_setup(nbroker *b) {
   char url[600];
   snprintf(url, sizeof url, "nats://%s%s%s:%d", strchr(b->base.uri.host, ':') ? "[" : "", b->base.uri.host,
            strchr(b->base.uri.host, ':') ? "]" : "", b->base.uri.port);
+  snprintf(b->step, sizeof b->step, "connecting");
   natsStatus s = natsOptions_Create(&opts);
   if (s == NATS_OK) s = natsOptions_SetURL(opts, url);
   if (s == NATS_OK && b->base.uri.user)
@@ -258,6 +268,7 @@ static natsStatus fetch_setup(nbroker *b) {
   if (s == NATS_OK) s = find_subjects(b);
   if (s == NATS_OK) s = ensure_consumer(b);
   if (s == NATS_OK) {
+    snprintf(b->step, sizeof b->step, "subscribing to '%s'", b->subject);
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Stream = b->stream;
@@ -307,13 +318,15 @@ static int stopping(nbroker *b) {
 static void fetch_main(void *arg) {
   nbroker *b = arg;
   int64_t backoff = 100;
-  char last[300] = "";
+  char last[1024] = "";
   while (!stopping(b)) {
     if (!b->sub) {
       natsStatus s = fetch_setup(b);
       if (s != NATS_OK) {
-        char why[300];
-        snprintf(why, sizeof why, "%s", nats_GetLastError(&s) ? nats_GetLastError(&s) : natsStatus_GetText(s));
+        natsStatus last_s = s; /* nats_GetLastError writes its own status there */
+        const char *err = nats_GetLastError(&last_s);
+        char why[1024];
+        snprintf(why, sizeof why, "%s: %s", b->step, err && *err ? err : natsStatus_GetText(s));
         if (strcmp(why, last))
           fprintf(stderr, "idem consume: nats broker %s:%d: %s; reconnecting\n", b->base.uri.host,
                   b->base.uri.port, why);

@@ -83,6 +83,26 @@ class Outcomes(NatsCase, OutcomeTests):
         self.assertIn("no message id", dead[0]["reason"])
         self.assertEqual(dead[0]["Nats-Msg-Id"], "idem-dead-ORDERS:2")  # deduplicates its retries
 
+    def test_a_setup_that_fails_is_named_and_retried(self):
+        # a stream whose subjects take in its own dead-letter subject: the
+        # dead-letter stream cannot be made; and a stream that is not there
+        from consume_harness import Consumer
+        from harness import finish_process, wait_for
+        self.nc.js("STREAM.CREATE.WIDE", {"name": "WIDE", "subjects": ["w.>"],
+                                          "storage": "file"})
+        cases = [("WIDE", "creating the dead-letter stream 'WIDE_DEAD' for 'w.dead'"),
+                 ("NOPE", "stream 'NOPE': ")]
+        for stream, words in cases:
+            c = Consumer("%s?stream=%s&consumer=c" % (self.ns.url, stream),
+                         self.h.url + "/messages", store="memory:", args=self.consumer_args)
+            self.addCleanup(finish_process, self, c)
+            c.start(wait_connected=False)
+            wait_for(lambda: "reconnecting" in c.stderr(), 10, what="a failed setup")
+            self.assertIn(words, c.stderr())
+            self.assertNotIn(": OK;", c.stderr())
+            self.assertTrue(c.alive(), c.stderr())  # it retries, it does not crash
+            c.stop()
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["nats://127.0.0.1:1?stream=ORDERS", "nats://127.0.0.1:1?consumer=c",
                     "nats://127.0.0.1:1/x?stream=S&consumer=c",
