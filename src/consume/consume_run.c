@@ -39,7 +39,7 @@ static unsigned inflight(void *arg) {
   return f->njobs;
 }
 
-static const idem_store *admin_store(void *arg) { return ((cs_flow *)arg)->store; }
+static idem_store *admin_store(void *arg) { return ((cs_flow *)arg)->store; }
 
 static void handle_closed(uv_handle_t *h) { (void)h; }
 

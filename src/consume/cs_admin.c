@@ -12,11 +12,42 @@
 #include "http/admin_server.h"
 #include "http/metrics.h"
 #include "http/msg.h"
+#include "idem/idem.h"
 
 struct cs_admin {
   gw_admin_server *server;
   cs_admin_hooks h;
 };
+
+#define READY_PROBE_KEY "idem-readyz-probe"
+
+/* The store answered the probe: not found is a good answer. */
+static void on_probe(idem_store *st, const idem_result *res, void *arg) {
+  gw_admin_req *r = arg;
+  (void)st;
+  if (!res->err || res->err == IDEM_ENOTFOUND) {
+    gw_admin_reply(r, 200, "text/plain", "ready\n", 6);
+    return;
+  }
+  gw_buf body = {0};
+  gw_buf_printf(&body, "store unavailable: %s\n", idem_strerror(res->err));
+  gw_admin_reply(r, 503, "text/plain", body.p, body.len);
+  gw_buf_free(&body);
+}
+
+/* Ready when nothing is missing and the store answers a read now: a store
+ * that went away while no message came is found out here, not at the next
+ * claim. */
+static void readyz(cs_admin *a, gw_admin_req *r, gw_buf *body) {
+  const char *missing = a->h.not_ready(a->h.arg);
+  idem_store *st = missing ? NULL : a->h.store(a->h.arg);
+  idem_op op = {.kind = IDEM_OP_GET, .key = READY_PROBE_KEY};
+  int rc = st ? idem_store_submit(st, &op, on_probe, r) : 0;
+  if (st && !rc)
+    return;
+  gw_buf_printf(body, "%s\n", missing ? missing : rc ? idem_strerror(rc) : "ready");
+  gw_admin_reply(r, missing || rc ? 503 : 200, "text/plain", body->p, body->len);
+}
 
 static void route(void *arg, gw_admin_req *r) {
   cs_admin *a = arg;
@@ -32,9 +63,7 @@ static void route(void *arg, gw_admin_req *r) {
   } else if (gw_ieq(t, plen, "/healthz")) {
     gw_admin_reply(r, 200, "text/plain", "ok\n", 3);
   } else if (gw_ieq(t, plen, "/readyz")) {
-    const char *missing = a->h.not_ready(a->h.arg);
-    gw_buf_printf(&body, "%s\n", missing ? missing : "ready");
-    gw_admin_reply(r, missing ? 503 : 200, "text/plain", body.p, body.len);
+    readyz(a, r, &body);
   } else if (gw_ieq(t, plen, "/metrics")) {
     cs_metrics_render(&body, a->h.inflight(a->h.arg));
     gw_metrics_render_store(&body, a->h.store(a->h.arg));

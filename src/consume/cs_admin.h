@@ -3,7 +3,8 @@
  * the consumer's loop:
  *   GET /healthz   200 "ok" while the process runs
  *   GET /readyz    200 "ready" when the broker is connected and the store
- *                  open, else 503 naming what is missing
+ *                  answers a read (a probe key nobody uses), else 503
+ *                  naming what is missing
  *   GET /metrics   Prometheus text (cs_metrics.h), and the store's own
  *                  counters as serve shows them (http/metrics.h)
  * with serve's admin timeouts and connection limit (http/admin_server.h).
@@ -19,11 +20,11 @@ struct idem_store;
 
 /* not_ready(arg) gives NULL when ready, else what is missing; inflight(arg)
  * the messages in flight; store(arg) the store whose own counters /metrics
- * adds (NULL: none). */
+ * adds and that /readyz reads from (NULL: none). */
 typedef struct {
   const char *(*not_ready)(void *arg);
   unsigned (*inflight)(void *arg);
-  const struct idem_store *(*store)(void *arg);
+  struct idem_store *(*store)(void *arg);
   void *arg;
 } cs_admin_hooks;
 

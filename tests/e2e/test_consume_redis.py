@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import Gateway, run_idem  # noqa: E402
+from harness import Gateway, run_idem, wait_for  # noqa: E402
 from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
 from consume_harness import RedisClient  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
@@ -75,6 +75,18 @@ class Outcomes(ConsumeCase, OutcomeTests):
         self.assertTrue(c.alive(), c.stderr())
         self.assertEqual(self.h.successes("k1"), 2)  # the takeover ran it again, fence 2
         self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1", "2"])
+
+    def test_readyz_asks_the_store_with_no_message_coming(self):
+        from redis_server import RedisServer
+        store = RedisServer().start()
+        self.addCleanup(store.cleanup)
+        c = self.consumer(store=store.uri, admin=True)
+        wait_for(lambda: c.admin_get("/readyz")[0] == 200, 15, what="ready")
+        store.kill()
+        wait_for(lambda: c.admin_get("/readyz")[0] == 503, 15, what="503 with the store away")
+        self.assertIn("store unavailable", c.admin_get("/readyz")[1])
+        store.start()
+        wait_for(lambda: c.admin_get("/readyz")[0] == 200, 30, what="ready again")
 
     def test_dead_letter_and_ack_are_one_step(self):
         self.consumer()
