@@ -26,6 +26,10 @@ typedef struct amsg {
   uint64_t tag;
   unsigned gen; /* the connection it came on */
   char *reply_to, *correlation_id;
+  /* the delivery's properties and headers as they came (every field and
+   * type), in pool: a retry or a dead letter is published with them */
+  amqp_pool_t pool;
+  amqp_basic_properties_t props;
   int op;
   uint64_t due_ms; /* later: when to republish (uv_hrtime based) */
   char reason[512];

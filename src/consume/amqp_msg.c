@@ -14,6 +14,7 @@ static char *prop_str(const amqp_basic_properties_t *p, amqp_flags_t flag, amqp_
 }
 
 void amqp_msg_free(amsg *m) {
+  empty_amqp_pool(&m->pool);
   cs_msg_free_headers(&m->m);
   free(m->m.body);
   free((char *)m->m.message_id);
@@ -24,9 +25,80 @@ void amqp_msg_free(amsg *m) {
   free(m);
 }
 
+/* ---- a deep copy of the properties, in the message's pool ---- */
+
+static int copy_bytes(amqp_pool_t *pool, amqp_bytes_t *b) {
+  if (!b->len)
+    return 0;
+  void *p = amqp_pool_alloc(pool, b->len);
+  if (!p)
+    return -1;
+  memcpy(p, b->bytes, b->len);
+  b->bytes = p;
+  return 0;
+}
+
+static int copy_table(amqp_pool_t *pool, amqp_table_t *t);
+
+static int copy_value(amqp_pool_t *pool, amqp_field_value_t *v) {
+  switch (v->kind) {
+  case AMQP_FIELD_KIND_UTF8:
+  case AMQP_FIELD_KIND_BYTES:
+    return copy_bytes(pool, &v->value.bytes);
+  case AMQP_FIELD_KIND_TABLE:
+    return copy_table(pool, &v->value.table);
+  case AMQP_FIELD_KIND_ARRAY: {
+    amqp_array_t *a = &v->value.array;
+    if (a->num_entries <= 0)
+      return 0;
+    amqp_field_value_t *e = amqp_pool_alloc(pool, (size_t)a->num_entries * sizeof *e);
+    if (!e)
+      return -1;
+    memcpy(e, a->entries, (size_t)a->num_entries * sizeof *e);
+    a->entries = e;
+    for (int i = 0; i < a->num_entries; i++)
+      if (copy_value(pool, &e[i]))
+        return -1;
+    return 0;
+  }
+  default:
+    return 0; /* held by value */
+  }
+}
+
+static int copy_table(amqp_pool_t *pool, amqp_table_t *t) {
+  if (t->num_entries <= 0)
+    return 0;
+  amqp_table_entry_t *e = amqp_pool_alloc(pool, (size_t)t->num_entries * sizeof *e);
+  if (!e)
+    return -1;
+  memcpy(e, t->entries, (size_t)t->num_entries * sizeof *e);
+  t->entries = e;
+  for (int i = 0; i < t->num_entries; i++)
+    if (copy_bytes(pool, &e[i].key) || copy_value(pool, &e[i].value))
+      return -1;
+  return 0;
+}
+
+/* *out = a copy of *in that lives as long as pool. 0, or -1 out of memory. */
+static int copy_properties(amqp_pool_t *pool, const amqp_basic_properties_t *in,
+                           amqp_basic_properties_t *out) {
+  *out = *in;
+  amqp_bytes_t *fields[] = {&out->content_type, &out->content_encoding, &out->correlation_id,
+                            &out->reply_to,     &out->expiration,       &out->message_id,
+                            &out->type,         &out->user_id,          &out->app_id,
+                            &out->cluster_id};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (copy_bytes(pool, fields[i]))
+      return -1;
+  if (!(out->_flags & AMQP_BASIC_HEADERS_FLAG))
+    out->headers = amqp_empty_table;
+  return copy_table(pool, &out->headers);
+}
+
 /* A header value as text: strings as they are, numbers in decimal. */
 static char *field_text(const amqp_field_value_t *v, size_t *len) {
-  char buf[32];
+  char buf[40];
   switch (v->kind) {
   case AMQP_FIELD_KIND_UTF8:
   case AMQP_FIELD_KIND_BYTES:
@@ -41,7 +113,10 @@ static char *field_text(const amqp_field_value_t *v, size_t *len) {
   case AMQP_FIELD_KIND_U32: snprintf(buf, sizeof buf, "%u", v->value.u32); break;
   case AMQP_FIELD_KIND_I64: snprintf(buf, sizeof buf, "%lld", (long long)v->value.i64); break;
   case AMQP_FIELD_KIND_U64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
-  default: return NULL; /* tables, arrays, floats, timestamps: not passed on */
+  case AMQP_FIELD_KIND_F32: snprintf(buf, sizeof buf, "%.9g", (double)v->value.f32); break;
+  case AMQP_FIELD_KIND_F64: snprintf(buf, sizeof buf, "%.17g", v->value.f64); break;
+  case AMQP_FIELD_KIND_TIMESTAMP: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
+  default: return NULL; /* tables, arrays, decimals, void: not passed on */
   }
   *len = strlen(buf);
   return cs_dup(buf, *len);
@@ -59,6 +134,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
   if (!m)
     return NULL;
   const amqp_basic_properties_t *p = &msg->properties;
+  init_amqp_pool(&m->pool, 4096);
   m->b = b;
   m->tag = d->delivery_tag;
   m->gen = b->gen;
@@ -84,7 +160,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
   m->m.deliveries = count_header(m, "x-idem-deliveries") + 1 + (d->redelivered ? 1 : 0);
   if (asprintf(&m->m.id, "%s#%llu", b->queue, (unsigned long long)d->delivery_tag) < 0)
     m->m.id = NULL;
-  if (!m->m.body || !m->m.headers || !m->m.id) {
+  if (!m->m.body || !m->m.headers || !m->m.id || copy_properties(&m->pool, p, &m->props)) {
     amqp_msg_free(m);
     return NULL;
   }

@@ -46,8 +46,7 @@ static void set_up(abroker *b, int up) {
 
 /* ---- the thread: the connection ---- */
 
-static int rpc_failed(abroker *b, const char *what, char *why, size_t len) {
-  amqp_rpc_reply_t r = amqp_get_rpc_reply(b->conn);
+static int reply_failed(amqp_rpc_reply_t r, const char *what, char *why, size_t len) {
   if (r.reply_type == AMQP_RESPONSE_NORMAL)
     return 0;
   if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
@@ -59,6 +58,34 @@ static int rpc_failed(abroker *b, const char *what, char *why, size_t len) {
   } else
     snprintf(why, len, "%s: server error", what);
   return -1;
+}
+
+static int rpc_failed(abroker *b, const char *what, char *why, size_t len) {
+  return reply_failed(amqp_get_rpc_reply(b->conn), what, why, len);
+}
+
+/* A queue that exists is used as it is, whatever its arguments (a quorum
+ * queue, a length limit): a passive declare. One that does not (the server
+ * closes the channel: 404) is declared durable, on the channel opened
+ * again. */
+static int declare_queue(abroker *b, const char *name, const char *what, char *why, size_t len) {
+  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(name), 1, 0, 0, 0, amqp_empty_table);
+  amqp_rpc_reply_t r = amqp_get_rpc_reply(b->conn);
+  int missing = r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+                r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+                ((const amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_NOT_FOUND;
+  if (!missing)
+    return reply_failed(r, what, why, len);
+  amqp_channel_close_ok_t ok = {0};
+  if (amqp_send_method(b->conn, CH, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok)) {
+    snprintf(why, len, "%s: channel.close-ok could not be sent", what);
+    return -1;
+  }
+  amqp_channel_open(b->conn, CH);
+  if (rpc_failed(b, "channel.open", why, len))
+    return -1;
+  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(name), 0, 1, 0, 0, amqp_empty_table);
+  return rpc_failed(b, what, why, len);
 }
 
 static int connect_broker(abroker *b, char *why, size_t len) {
@@ -79,14 +106,11 @@ static int connect_broker(abroker *b, char *why, size_t len) {
   amqp_channel_open(b->conn, CH);
   if (rpc_failed(b, "channel.open", why, len))
     return -1;
-  amqp_basic_qos(b->conn, CH, 0, (uint16_t)b->prefetch, 0);
+  if (declare_queue(b, b->queue, "queue.declare", why, len) ||
+      declare_queue(b, b->dead_queue, "queue.declare of the dead letters", why, len))
+    return -1;
+  amqp_basic_qos(b->conn, CH, 0, (uint16_t)b->prefetch, 0); /* on the channel as it is now */
   if (rpc_failed(b, "basic.qos", why, len))
-    return -1;
-  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(b->queue), 0, 1, 0, 0, amqp_empty_table);
-  if (rpc_failed(b, "queue.declare", why, len))
-    return -1;
-  amqp_queue_declare(b->conn, CH, amqp_cstring_bytes(b->dead_queue), 0, 1, 0, 0, amqp_empty_table);
-  if (rpc_failed(b, "queue.declare of the dead letters", why, len))
     return -1;
   amqp_confirm_select(b->conn, CH);
   if (rpc_failed(b, "confirm.select", why, len))
@@ -126,21 +150,63 @@ static amqp_table_entry_t entry(const char *key, const char *value, size_t len) 
   return e;
 }
 
+/* Headers idem sets on what it publishes again; the delivery's own values
+ * of these are left out. */
+static int idem_header(amqp_bytes_t key) {
+  static const char *const names[] = {"x-idem-deliveries", "x-idem-reason", "x-idem-id"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (key.len == strlen(names[i]) && !strncasecmp(key.bytes, names[i], key.len))
+      return 1;
+  return 0;
+}
+
+/* The properties of a retry (OP_LATER) or a dead letter (OP_DEAD): the
+ * delivery's own, every field and header of any type, persistent, with
+ * idem's headers in e[0..n) first. A dead letter loses its expiration (as
+ * RabbitMQ's own dead-lettering does), so that it stays to be looked at; a
+ * user_id is kept only if it is this connection's user (RabbitMQ refuses
+ * another), else it moves to the header x-idem-user-id. Returns the count
+ * of entries in e, which holds room for the delivery's headers plus 4. */
+static int republished(abroker *b, const amsg *m, amqp_basic_properties_t *p,
+                       amqp_table_entry_t *e, int n) {
+  *p = m->props;
+  p->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+  p->delivery_mode = 2;
+  if (m->op == OP_DEAD)
+    p->_flags &= (amqp_flags_t)~AMQP_BASIC_EXPIRATION_FLAG;
+  const char *user = b->base.uri.user ? b->base.uri.user : "guest";
+  if ((p->_flags & AMQP_BASIC_USER_ID_FLAG) &&
+      (p->user_id.len != strlen(user) || memcmp(p->user_id.bytes, user, p->user_id.len))) {
+    p->_flags &= (amqp_flags_t)~AMQP_BASIC_USER_ID_FLAG;
+    e[n++] = entry("x-idem-user-id", p->user_id.bytes, p->user_id.len);
+  }
+  for (int i = 0; i < m->props.headers.num_entries; i++)
+    if (!idem_header(m->props.headers.entries[i].key))
+      e[n++] = m->props.headers.entries[i];
+  return n;
+}
+
 /* Publish for m (op decides what and where), to be confirmed: 0 or -1. */
 static int publish_for(abroker *b, amsg *m) {
   amqp_basic_properties_t p = {0};
-  amqp_table_entry_t e[64 + 4];
+  amqp_table_entry_t *e = malloc(((size_t)m->props.headers.num_entries + 4) * sizeof *e);
+  if (!e)
+    return -1;
   int n = 0;
   char num[16], status[16];
   const char *to = m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to;
   amqp_bytes_t body = {m->m.body_len, m->m.body};
-  p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
-  p.delivery_mode = 2;
   if (m->op == OP_ACK) { /* the answer, to reply_to */
+    p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.delivery_mode = 2;
     body = (amqp_bytes_t){m->answer_len, m->answer};
     snprintf(status, sizeof status, "%d", m->status);
     e[n++] = entry("x-idem-status", status, strlen(status));
     e[n++] = entry("x-idem-replayed", m->replayed ? "true" : "false", m->replayed ? 4 : 5);
+    if (m->correlation_id) {
+      p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+      p.correlation_id = amqp_cstring_bytes(m->correlation_id);
+    }
   } else {
     snprintf(num, sizeof num, "%u", m->m.deliveries);
     e[n++] = entry("x-idem-deliveries", num, strlen(num));
@@ -148,29 +214,13 @@ static int publish_for(abroker *b, amsg *m) {
       e[n++] = entry("x-idem-reason", m->reason, strlen(m->reason));
       e[n++] = entry("x-idem-id", m->m.id, strlen(m->m.id));
     }
-    for (size_t i = 0; i < m->m.nheaders && n < 64; i++)
-      if (strcasecmp(m->m.headers[i].name, "x-idem-deliveries"))
-        e[n++] = entry(m->m.headers[i].name, m->m.headers[i].value, m->m.headers[i].value_len);
-    if (m->m.message_id) {
-      p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-      p.message_id = amqp_cstring_bytes(m->m.message_id);
-    }
-    if (m->m.content_type) {
-      p._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
-      p.content_type = amqp_cstring_bytes(m->m.content_type);
-    }
-    if (m->reply_to) {
-      p._flags |= AMQP_BASIC_REPLY_TO_FLAG;
-      p.reply_to = amqp_cstring_bytes(m->reply_to);
-    }
-  }
-  if (m->correlation_id) {
-    p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-    p.correlation_id = amqp_cstring_bytes(m->correlation_id);
+    n = republished(b, m, &p, e, n);
   }
   p.headers.num_entries = n;
   p.headers.entries = e;
-  if (amqp_basic_publish(b->conn, CH, amqp_empty_bytes, amqp_cstring_bytes(to), 0, 0, &p, body))
+  int rc = amqp_basic_publish(b->conn, CH, amqp_empty_bytes, amqp_cstring_bytes(to), 0, 0, &p, body);
+  free(e); /* the frame is encoded and written by now */
+  if (rc)
     return -1;
   m->pub_seq = b->next_seq++;
   m->next = b->waiting;

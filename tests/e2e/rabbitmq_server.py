@@ -133,8 +133,43 @@ def _longstr(s):
     return struct.pack(">I", len(b)) + b
 
 
+class Typed:
+    """A field value of an explicit AMQP kind: Typed("f", 1.5) (float32),
+    Typed("T", seconds) (timestamp)."""
+
+    def __init__(self, kind, value):
+        self.kind, self.value = kind, value
+
+    def __eq__(self, other):
+        return isinstance(other, Typed) and (self.kind, self.value) == (other.kind, other.value)
+
+    def __repr__(self):
+        return "Typed(%r, %r)" % (self.kind, self.value)
+
+
+def _value(v):
+    """A field value: str S, bool t, int l, float d, dict F, list A, None V,
+    Typed as it says."""
+    if isinstance(v, Typed):
+        return v.kind.encode() + struct.pack(">" + {"f": "f", "T": "Q"}[v.kind], v.value)
+    if isinstance(v, bool):
+        return b"t" + struct.pack("B", v)
+    if isinstance(v, int):
+        return b"l" + struct.pack(">q", v)
+    if isinstance(v, float):
+        return b"d" + struct.pack(">d", v)
+    if isinstance(v, dict):
+        return b"F" + _table(v)
+    if isinstance(v, list):
+        items = b"".join(_value(x) for x in v)
+        return b"A" + struct.pack(">I", len(items)) + items
+    if v is None:
+        return b"V"
+    return b"S" + _longstr(v)
+
+
 def _table(d):
-    out = b"".join(_shortstr(k) + b"S" + _longstr(v) for k, v in (d or {}).items())
+    out = b"".join(_shortstr(k) + _value(v) for k, v in (d or {}).items())
     return struct.pack(">I", len(out)) + out
 
 
@@ -169,6 +204,20 @@ class _Reader:
             return bool(self.u("B"))
         if k == b"F":
             return self.table()
+        if k == b"d":
+            return self.u(">d")
+        if k == b"f":
+            return Typed("f", self.u(">f"))
+        if k == b"T":
+            return Typed("T", self.u(">Q"))
+        if k == b"V":
+            return None
+        if k == b"A":
+            end = self.u(">I") + self.i
+            out = []
+            while self.i < end:
+                out.append(self.value())
+            return out
         raise ValueError("field kind %r" % k)
 
     def table(self):
@@ -259,8 +308,9 @@ class AmqpClient:
             if (c, m) == (cls, mid):
                 return c, m, payload[4:]
 
-    def declare(self, queue):
-        self._method(1, 50, 10, b"\x00\x00" + _shortstr(queue) + b"\x02" + _table({}))
+    def declare(self, queue, arguments=None):
+        """A durable queue, with its x-arguments if given."""
+        self._method(1, 50, 10, b"\x00\x00" + _shortstr(queue) + b"\x02" + _table(arguments))
         self._expect(50, 11)
 
     def publish_many(self, queue, msgs):

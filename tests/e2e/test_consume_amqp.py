@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import run_idem  # noqa: E402
 from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
-from rabbitmq_server import AmqpClient, RabbitServer  # noqa: E402
+from rabbitmq_server import AmqpClient, RabbitServer, Typed  # noqa: E402
 
 _queues = itertools.count()
 
@@ -91,6 +91,59 @@ class AmqpCase(BrokerCase):
 
 class Outcomes(AmqpCase, OutcomeTests):
     takes_over_silent_consumers = False
+
+    def test_a_dead_letter_keeps_every_property_and_header(self):
+        # so that it can be sent again from NAME.dead as it came; and the
+        # handler gets numbers of every kind as decimal text
+        headers = {"s": "x", "n": 5, "d": 1.25, "f": Typed("f", 1.5), "flag": True,
+                   "nested": {"a": "b"}, "list": ["x", 2], "nothing": None,
+                   "ts": Typed("T", 1700000001)}
+        props = {"content_type": "application/json", "content_encoding": "gzip", "priority": 3,
+                 "correlation_id": "corr-1", "expiration": "600000", "timestamp": 1700000000,
+                 "type": "order.created", "user_id": "guest", "app_id": "shop",
+                 "headers": headers}
+        self.consumer()
+        c = AmqpClient(self.server.port)
+        try:
+            c.publish_many(self.queue, [("no key", props),
+                                        ("keyed", {"message_id": "fk", "headers": headers})])
+        finally:
+            c.close()
+        self.wait_settled()
+        c = AmqpClient(self.server.port)
+        try:
+            got = c.get_all(self.queue + ".dead")
+        finally:
+            c.close()
+        self.assertEqual(len(got), 1, got)
+        p, body = got[0]
+        for name, value in props.items():
+            if name not in ("expiration", "headers"):
+                self.assertEqual(p.get(name), value, (name, p))
+        self.assertEqual(p.get("delivery_mode"), 2, p)
+        self.assertNotIn("expiration", p)  # a dead letter stays to be looked at
+        for name, value in headers.items():
+            self.assertEqual(p["headers"].get(name, "missing"), value, (name, p["headers"]))
+        self.assertIn("no message id", p["headers"]["x-idem-reason"])
+        sent = {k.lower(): v for k, v in self.h.attempts("fk")[0]["headers"].items()}
+        for name, text in (("s", "x"), ("n", "5"), ("d", "1.25"), ("f", "1.5"), ("flag", "true"),
+                           ("ts", "1700000001")):
+            self.assertEqual(sent.get("x-idem-header-" + name), text, (name, sent))
+
+    def test_a_queue_declared_with_arguments_is_used_as_it_is(self):
+        # a quorum queue, declared by its owner: idem declares it passively
+        # (its own declare, without the arguments, would be refused)
+        self.queue = "quorum-%d" % next(_queues)
+        c = AmqpClient(self.server.port)
+        try:
+            c.declare(self.queue, {"x-queue-type": "quorum"})
+        finally:
+            c.close()
+        self.consumer()
+        self.publish([{"message_id": "q1", "body": "x"}, {"body": "no key"}])
+        self.wait_settled()
+        self.assertEqual(self.h.successes("q1"), 1)
+        self.assertEqual(len(self.dead_letters()), 1)  # NAME.dead made by idem, durable
 
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
