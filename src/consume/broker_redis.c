@@ -94,6 +94,9 @@ static int r_check_uri(const cs_uri *u, char *err, size_t len) {
   const char *stream = cs_uri_param(u, "stream"), *group = cs_uri_param(u, "group");
   if (!stream || !*stream || !group || !*group)
     return snprintf(err, len, "a Redis broker needs ?stream=NAME&group=NAME"), -1;
+  const char *consumer = cs_uri_param(u, "consumer");
+  if (consumer && !*consumer) /* every process would share the name "" */
+    return snprintf(err, len, "consumer= is empty: give a name, or leave it out for HOST-PID"), -1;
   for (const char *p = u->path; *p; p++)
     if (*p < '0' || *p > '9' || p - u->path > 4)
       return snprintf(err, len, "the path is the database number (e.g. /0), not '%s'",

@@ -134,6 +134,7 @@ class Keys(ConsumeCase):
             (["--from", "redis://h:1?stream=s", "--to", "http://a:1/"], "--from"),
             (["--from", "redis://h:1?stream=s&group=g&bogus=1", "--to", "http://a:1/"], "--from"),
             (["--from", "redis://h:99999?stream=s&group=g", "--to", "http://a:1/"], "--from"),
+            (["--from", "redis://h:1?stream=s&group=g&consumer=", "--to", "http://a:1/"], "--from"),
             (["--from", self.from_uri(), "--to", "https://a:1/"], "--to"),
             (["--from", self.from_uri(), "--to", "http://a:1/", "--key", "header:"], "--key"),
             (["--from", self.from_uri(), "--to", "http://a:1/", "--key", "json:a"], "--key"),
