@@ -31,7 +31,8 @@ typedef struct amsg {
   amqp_pool_t pool;
   amqp_basic_properties_t props;
   int op;
-  uint64_t due_ms; /* later: when to republish (uv_hrtime based) */
+  uint64_t due_ms; /* when to publish (a later, or a publish refused), 0: now */
+  unsigned refused; /* publishes of it the broker nacked, in a row */
   char reason[512];
   int status, replayed;
   char *answer;

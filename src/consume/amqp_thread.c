@@ -228,6 +228,27 @@ static int publish_for(abroker *b, amsg *m) {
   return 0;
 }
 
+#define REFUSED_BACKOFF_MIN_MS 200
+#define REFUSED_BACKOFF_MAX_MS 5000
+
+/* The broker refused m's publish (a full NAME.dead, say): the original
+ * stays unacked, and the publish is tried again after a backoff. (A nack
+ * with requeue would bring it back at once, to be refused again, as fast
+ * as the loop turns.) */
+static void refused(abroker *b, amsg *m) {
+  if (m->refused++ == 0)
+    fprintf(stderr, "idem consume: amqp broker %s:%d: a publish to '%s' was refused; message "
+                    "%s stays unacked and the publish is tried again, backing off to %d ms\n",
+            b->base.uri.host, b->base.uri.port,
+            m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to,
+            m->m.id, REFUSED_BACKOFF_MAX_MS);
+  uint64_t wait = (uint64_t)REFUSED_BACKOFF_MIN_MS << (m->refused < 6 ? m->refused - 1 : 5);
+  m->due_ms = amqp_now_ms() + (wait < REFUSED_BACKOFF_MAX_MS ? wait : REFUSED_BACKOFF_MAX_MS);
+  m->pub_seq = 0;
+  m->next = b->waiting;
+  b->waiting = m;
+}
+
 static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
   for (amsg **pp = &b->waiting; *pp;) {
     amsg *m = *pp;
@@ -236,8 +257,11 @@ static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
       continue;
     }
     *pp = m->next;
-    int rc = ok ? amqp_basic_ack(b->conn, CH, m->tag, 0) : amqp_basic_nack(b->conn, CH, m->tag, 0, 1);
-    finish(b, m, ok && rc == 0);
+    if (!ok) {
+      refused(b, m); /* back on the list with pub_seq 0: passed over below */
+      continue;
+    }
+    finish(b, m, amqp_basic_ack(b->conn, CH, m->tag, 0) == 0);
   }
 }
 
@@ -269,13 +293,14 @@ static int run_command(abroker *b, amsg *m) {
   return 0;
 }
 
-/* Republish the postponed messages that are due; the next due time. */
+/* Publish the postponed messages (laters, and publishes refused) that are
+ * due; the next due time. */
 static int run_due(abroker *b, uint64_t *next_due) {
   uint64_t now = amqp_now_ms();
   *next_due = now + 1000;
   for (amsg **pp = &b->waiting; *pp;) {
     amsg *m = *pp;
-    if (m->pub_seq || m->op != OP_LATER) {
+    if (m->pub_seq || !m->due_ms) {
       pp = &m->next;
       continue;
     }

@@ -24,7 +24,8 @@
  *   dead   published to NAME.dead with x-idem-reason, x-idem-id,
  *          x-idem-deliveries and the original headers and properties,
  *          confirmed, then the original acked.
- * A publish the broker refuses: the original is nacked with requeue.
+ * A publish the broker refuses (nack): the original stays unacked and the
+ * publish is tried again after a backoff (amqp_thread.c, refused()).
  * Connection lost: the broker requeues what was unacked; settles of the
  * old connection fail (ok 0); reconnection backs off from 100 ms to 2 s.
  */

@@ -8,11 +8,12 @@ answer published to reply_to (also on replay), SIGTERM, a bad URI.
 import itertools
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import run_idem  # noqa: E402
+from harness import run_idem, wait_for  # noqa: E402
 from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
 from rabbitmq_server import AmqpClient, RabbitServer, Typed  # noqa: E402
 
@@ -144,6 +145,35 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.wait_settled()
         self.assertEqual(self.h.successes("q1"), 1)
         self.assertEqual(len(self.dead_letters()), 1)  # NAME.dead made by idem, durable
+
+    def test_a_refused_dead_letter_waits_unacked_and_goes_once_there_is_room(self):
+        # NAME.dead holds one message and refuses more (reject-publish): the
+        # dead letter is tried again with a backoff, the original unacked,
+        # not nacked and redelivered as fast as the loop turns
+        dead = self.queue + ".dead"
+        c = AmqpClient(self.server.port)
+        try:
+            c.declare(dead, {"x-max-length": 1, "x-overflow": "reject-publish"})
+            c.publish_many(dead, [("filler", {})])
+        finally:
+            c.close()
+        con = self.consumer(admin=True)
+        self.publish([{"body": "no key"}])
+        wait_for(lambda: "was refused" in con.stderr(), 20, what="the refusal logged")
+        time.sleep(2)  # refused again and again meanwhile (not a wait for a condition)
+        self.assertEqual(con.stderr().count("was refused"), 1, con.stderr())
+        status, metrics = con.admin_get("/metrics")
+        self.assertIn('idem_messages_total{outcome="no_key"} 1\n', metrics)
+        self.assertEqual(self.server.queue_counts(self.queue), (0, 1))  # held, unacked
+        c = AmqpClient(self.server.port)
+        try:
+            self.assertEqual([b for _, b in c.get_all(dead)], [b"filler"])  # room again
+        finally:
+            c.close()
+        self.wait_settled()
+        got = self.dead_letters()
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("no message id", got[0]["reason"])
 
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
