@@ -83,8 +83,12 @@ typedef struct {
   /* Done with m for good: it must not come again. answer (may be NULL) is
    * what the store keeps for it. */
   void (*ack)(cs_broker *b, cs_msg *m, const cs_answer *answer, cs_settled_cb cb, void *arg);
-  /* Deliver m again, to any consumer, no sooner than delay_ms from now. */
-  void (*later)(cs_broker *b, cs_msg *m, int64_t delay_ms, cs_settled_cb cb, void *arg);
+  /* Deliver m again, to any consumer, no sooner than delay_ms from now.
+   * ran: whether this delivery reached the handler. One that did not (a
+   * busy key, a store away) is not counted again where idem keeps the
+   * count itself (RabbitMQ); Redis and NATS count every delivery. */
+  void (*later)(cs_broker *b, cs_msg *m, int64_t delay_ms, int ran, cs_settled_cb cb,
+                void *arg);
   /* Move m to the dead letters with reason (and its headers), then ack it:
    * both or neither. */
   void (*dead)(cs_broker *b, cs_msg *m, const char *reason, cs_settled_cb cb, void *arg);

@@ -116,9 +116,12 @@ static void a_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_sett
   command((abroker *)base, m, OP_ACK, cb, arg);
 }
 
-static void a_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+static void a_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, int ran, cs_settled_cb cb,
+                    void *arg) {
   amsg *m = (amsg *)msg;
   m->due_ms = amqp_now_ms() + (uint64_t)(delay_ms > 0 ? delay_ms : 0);
+  if (!ran && m->m.deliveries > 0)
+    m->m.deliveries--; /* the copy counts as this delivery again */
   command((abroker *)base, m, OP_LATER, cb, arg);
 }
 

@@ -417,7 +417,9 @@ static void n_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_sett
   settled(m, natsMsg_Ack(m->nm, NULL) == NATS_OK);
 }
 
-static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, int ran, cs_settled_cb cb,
+                    void *arg) {
+  (void)ran; /* JetStream counts every delivery */
   nmsg *m = (nmsg *)msg;
   (void)base;
   m->cb = cb;

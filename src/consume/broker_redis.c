@@ -225,7 +225,9 @@ static void r_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_sett
   settle_send(m, 4, argv, NULL);
 }
 
-static void r_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, cs_settled_cb cb, void *arg) {
+static void r_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, int ran, cs_settled_cb cb,
+                    void *arg) {
+  (void)ran; /* Redis counts every delivery */
   rbroker *b = (rbroker *)base;
   rmsg *m = (rmsg *)msg;
   m->cb = cb;

@@ -169,11 +169,12 @@ static cs_answer kept_answer(const cs_job *j) {
   return a;
 }
 
-static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o) {
+/* ran: whether this delivery reached the handler (see cs_broker_vt.later) */
+static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o, int ran) {
   j->settling = 1;
   if (o != CS_OUT_BUSY)
     cs_metrics_outcome(o);
-  j->f->broker->vt->later(j->f->broker, j->m, delay_ms, on_settled, j);
+  j->f->broker->vt->later(j->f->broker, j->m, delay_ms, ran, on_settled, j);
 }
 
 static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
@@ -273,7 +274,7 @@ static void on_failed(idem_store *st, const idem_result *res, void *arg) {
 static void fail_dead(cs_job *j, int status, const char *reason) {
   dead_ctx *d = calloc(1, sizeof *d);
   if (!d) {
-    settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY);
+    settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY, 1);
     return;
   }
   d->j = j;
@@ -360,7 +361,7 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
     return;
   }
   /* not kept, not acked: it comes again once the lease is over */
-  settle_later(j, j->lease_end > now ? (int64_t)(j->lease_end - now) : 0, CS_OUT_STORE_ERROR);
+  settle_later(j, j->lease_end > now ? (int64_t)(j->lease_end - now) : 0, CS_OUT_STORE_ERROR, 1);
 }
 
 static void keep(cs_job *j) {
@@ -381,13 +382,13 @@ static void on_released(idem_store *st, const idem_result *res, void *arg) {
   if (res->err && res->err != IDEM_ESTALE)
     fprintf(stderr, "idem consume: releasing key '%s' failed: %s (its lease runs out instead)\n",
             j->key, idem_strerror(res->err));
-  settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY);
+  settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY, 1);
 }
 
 static void handler_failed(cs_job *j, int status, const char *what) {
   const cs_config *cfg = j->f->cfg;
   if (j->bypass) {
-    settle_later(j, backoff_ms(cfg, j->m->deliveries), CS_OUT_RETRY);
+    settle_later(j, backoff_ms(cfg, j->m->deliveries), CS_OUT_RETRY, 1);
     return;
   }
   if (j->m->deliveries < (unsigned)cfg->max_deliveries) {
@@ -510,7 +511,7 @@ static void store_failed(cs_job *j, int err) {
   }
   int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
   if (f->stopping) {
-    settle_later(j, wait, CS_OUT_STORE_ERROR);
+    settle_later(j, wait, CS_OUT_STORE_ERROR, 0); /* the claim failed: nothing ran */
     return;
   }
   cs_metrics_outcome(CS_OUT_STORE_ERROR);
@@ -569,7 +570,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
       return;
     }
     settle_later(j, res->retry_after_ms > 0 ? res->retry_after_ms : f->cfg->retry_delay_ms,
-                 CS_OUT_BUSY);
+                 CS_OUT_BUSY, 0);
     return;
   case IDEM_MISMATCH:
     settle_dead(j, "the key was used before by a message with another body", CS_OUT_MISMATCH);
@@ -613,7 +614,7 @@ void cs_flow_on_message(void *arg, cs_msg *m) {
   cs_flow *f = arg;
   cs_job *j = calloc(1, sizeof *j);
   if (!j) {
-    f->broker->vt->later(f->broker, m, f->cfg->retry_delay_ms, NULL, NULL);
+    f->broker->vt->later(f->broker, m, f->cfg->retry_delay_ms, 0, NULL, NULL);
     return;
   }
   j->f = f;
@@ -633,7 +634,7 @@ void cs_flow_hand_back_held(cs_flow *f) {
       uv_timer_stop(&j->timer);
       cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
       set_parked(j, 0);
-      settle_later(j, f->cfg->retry_delay_ms, o);
+      settle_later(j, f->cfg->retry_delay_ms, o, 0);
     }
   }
 }

@@ -175,6 +175,24 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual(len(got), 1, got)
         self.assertIn("no message id", got[0]["reason"])
 
+    def test_a_consumer_killed_mid_run_costs_one_delivery(self):
+        # RabbitMQ requeues the original at once, while the dead consumer's
+        # lease still holds: the copy made for that busy key must not count
+        # a delivery of its own, or --max-deliveries 2 dead-letters it
+        self.h.delay = {"k1": 1.5}
+        args = ("--lock-ttl", "3s", "--max-deliveries", "2", "--retry-delay", "200ms",
+                "--max-retry-delay", "1s")
+        first = self.consumer(*args)
+        self.publish([{"message_id": "k1", "body": "x"}])
+        wait_for(lambda: self.h.active >= 1, 20, what="the handler running")
+        first.kill()
+        self.consumer(*args)
+        wait_for(lambda: self.h.successes("k1") >= 2, 30, what="the run after the lease")
+        self.wait_settled(30)
+        self.assertEqual(self.dead_letters(), [])
+        self.assertEqual([a["headers"].get("X-Idem-Deliveries") for a in self.h.attempts("k1")],
+                         ["1", "2"])
+
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
         c.declare("replies-" + self.queue)
