@@ -201,7 +201,8 @@ class Lifecycle(GatewayTestCase):
                                  "--upstream", self.up.url, "--store", "bogus:x",
                                  "--spool", spool], timeout=15)
         self.assertEqual(rc, 2, err)
-        self.assertIn("--store bogus:x", err)
+        self.assertIn("--store: unknown store URI", err)
+        self.assertIn("bogus:x", err)
         self.assertFalse(os.path.exists(spool), "a spool was made for a store that never opened")
         # memory: takes no options: one given is refused, not ignored
         rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
