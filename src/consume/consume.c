@@ -62,6 +62,7 @@ typedef struct cs_job {
   void (*on_timer)(struct cs_job *j);
   idem_queue linked; /* in f->jobs */
   idem_queue queued; /* in f->ready, while it waits for a slot */
+  int in_ready;      /* so */
   int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
 
@@ -199,7 +200,9 @@ void cs_flow_keep_held(cs_flow *f) {
   idem_queue *node;
   IDEM_QUEUE_FOREACH(node, &f->jobs) {
     cs_job *j = IDEM_QUEUE_DATA(node, cs_job, linked);
-    if (j->fence || j->settling || now - j->kept_at < due)
+    /* a job with a lease is kept too while it waits for a slot: its lease
+     * is checked before its handler runs (start_handlers) */
+    if ((j->fence && !j->in_ready) || j->settling || now - j->kept_at < due)
       continue;
     f->broker->vt->keep(f->broker, j->m);
     j->kept_at = now;
@@ -467,6 +470,31 @@ static void call_handler(cs_job *j) {
 
 /* ---- the handler's slots ---- */
 
+/* Whether j waited so long for a slot that too little of its lease is left
+ * for its handler: less than --handler-timeout, or than half the lease.
+ * Called with that lease over, the handler could run beside a takeover
+ * (another delivery of the key claims it once the lease ends). */
+static int lease_too_short(const cs_job *j) {
+  const cs_config *cfg = j->f->cfg;
+  if (!j->fence || j->bypass)
+    return 0;
+  uint64_t need = (uint64_t)(cfg->handler_timeout_ms < cfg->lock_ttl_ms / 2
+                                 ? cfg->handler_timeout_ms
+                                 : cfg->lock_ttl_ms / 2);
+  return uv_now(&j->f->loop) + need > j->lease_end;
+}
+
+/* There is no extending a lease: j lets its own run out, then claims
+ * again, a takeover with the next fence (or a replay, or busy, if another
+ * delivery came first). Meanwhile it holds no lease, and is kept at the
+ * broker as any job that holds none. */
+static void claim_after_lease(cs_job *j) {
+  uint64_t now = uv_now(&j->f->loop);
+  j->fence = 0;
+  j->kept_at = now;
+  hold(j, j->lease_end > now ? (int64_t)(j->lease_end - now) + 1 : 0, claim);
+}
+
 /* Start handler requests for the ready jobs while slots are free. Not
  * re-entered: a job settled from inside call_handler (handler_done) only
  * frees its slot, and this loop takes the next job. */
@@ -476,6 +504,11 @@ static void start_handlers(cs_flow *f) {
   f->starting_handlers = 1;
   while (!idem_queue_empty(&f->ready) && f->at_handler < (unsigned)f->cfg->concurrency) {
     cs_job *j = IDEM_QUEUE_DATA(idem_queue_pop(&f->ready), cs_job, queued);
+    j->in_ready = 0;
+    if (lease_too_short(j)) {
+      claim_after_lease(j);
+      continue;
+    }
     j->at_handler = 1;
     f->at_handler++;
     call_handler(j);
@@ -486,6 +519,7 @@ static void start_handlers(cs_flow *f) {
 /* j is due at the handler: now if a slot is free, else in its turn. */
 static void to_handler(cs_job *j) {
   idem_queue_insert_tail(&j->f->ready, &j->queued);
+  j->in_ready = 1;
   start_handlers(j->f);
 }
 

@@ -282,6 +282,26 @@ class OutcomeTests:
         for k in keys:
             self.assertEqual(self.h.successes(k), 1)
 
+    def test_a_message_that_waited_past_its_lease_runs_once(self):
+        # claimed when taken, then waiting for a slot longer than half its
+        # lease: its handler must not run on a lease that has ended while a
+        # copy (the broker's, once the message idles past --lock-ttl) takes
+        # the key over: it claims again after its lease, and runs once
+        keys = ["wait-%d" % i for i in range(12)]
+        for k in keys:
+            self.h.delay[k] = 0.3
+        c = self.consumer("--concurrency", "2", "--prefetch", "8", "--lock-ttl", "1s",
+                          "--handler-timeout", "1s", admin=True)
+        self.publish([{"message_id": k, "body": "x"} for k in keys])
+        self.wait_settled(60)
+        # a copy may still be in flight when the broker shows nothing pending
+        wait_for(lambda: c.metric("idem_messages_in_flight") == 0, 30, what="nothing in flight")
+        time.sleep(1.5)  # past --lock-ttl: a copy still to come would be taken by now
+        for k in keys:
+            self.assertEqual([a["status"] for a in self.h.attempts(k)], [200],
+                             (k, [a["fence"] for a in self.h.attempts(k)]))
+        self.assertEqual(self.dead_letters(), [])
+
     def test_claims_take_no_handler_slot(self):
         # a claim takes no --concurrency slot: the message fetched ahead is
         # claimed while the other one holds the only slot, not after it
