@@ -329,11 +329,24 @@ static int on_deliver(abroker *b, const amqp_frame_t *f, int stopping) {
     return -1;
   amsg *m = stopping ? NULL : amqp_wrap(b, &copy, &msg);
   amqp_destroy_message(&msg);
-  if (!m) /* stopping, or out of memory: back to the queue */
-    return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
-  amqp_push(b, &b->inq, m);
-  uv_async_send(&b->async);
-  return 0;
+  if (m) {
+    /* handed over only while the loop still takes deliveries: looked at
+     * under the same lock, so none arrives once it has begun to close */
+    uv_mutex_lock(&b->mu);
+    int taken = !b->stop;
+    if (taken) {
+      m->next = b->inq;
+      b->inq = m;
+    }
+    uv_mutex_unlock(&b->mu);
+    if (taken) {
+      uv_async_send(&b->async);
+      return 0;
+    }
+    amqp_msg_free(m);
+  }
+  /* stopping, or out of memory: back to the queue */
+  return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
 }
 
 /* Read every frame there is without waiting: 0, or -1 when the

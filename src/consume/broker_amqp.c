@@ -158,7 +158,7 @@ static void maybe_done(abroker *b) {
     return;
   uv_mutex_lock(&b->mu);
   int finished = b->thread_done, pending = b->inq || b->doneq;
-  if (!finished)
+  if (!finished && !pending) /* what is pending is the loop's to run first */
     b->stop = 2;
   uv_mutex_unlock(&b->mu);
   if (pending)

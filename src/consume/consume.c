@@ -63,6 +63,7 @@ typedef struct cs_job {
   idem_queue linked; /* in f->jobs */
   idem_queue queued; /* in f->ready, while it waits for a slot */
   int in_ready;      /* so */
+  uint64_t reclaim_until; /* a stale answer's claim is asked again until then */
   int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
 
@@ -314,17 +315,36 @@ static void claim_then(cs_job *j, idem_cb cb);
  * then settles: without this, a takeover that failed after the stale ack
  * left the first run's effect done and no answer kept. Otherwise the other
  * holder's answer stands. */
+static void reclaim(cs_job *j);
+
 static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   cs_job *j = arg;
+  cs_flow *f = j->f;
   (void)st;
-  if (!res->err && res->outcome == IDEM_CLAIMED) {
+  if (res->err) {
+    /* not known whether the key is free: never an ack with no answer kept.
+     * Asked again for a lease's time, then the message comes again and the
+     * record decides. */
+    note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
+    uint64_t now = uv_now(&f->loop);
+    int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
+    if (!f->stopping && now + (uint64_t)wait < j->reclaim_until)
+      hold(j, wait, reclaim);
+    else
+      settle_later(j, f->cfg->retry_delay_ms, CS_OUT_STORE_ERROR, 1);
+    return;
+  }
+  note_store(f, 0);
+  if (res->outcome == IDEM_CLAIMED) {
     j->fence = res->fence;
-    j->lease_end = uv_now(&j->f->loop) + (uint64_t)j->f->cfg->lock_ttl_ms;
+    j->lease_end = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
     keep(j);
     return;
   }
   settle_ack(j, NULL, CS_OUT_EXECUTED);
 }
+
+static void reclaim(cs_job *j) { claim_then(j, on_reclaimed); }
 
 static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   cs_job *j = arg;
@@ -334,7 +354,8 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
   if (res->err == IDEM_ESTALE && !j->reclaimed) {
     j->reclaimed = 1;
-    claim_then(j, on_reclaimed);
+    j->reclaim_until = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
+    reclaim(j);
     return;
   }
   if (!res->err || res->err == IDEM_ESTALE) {
