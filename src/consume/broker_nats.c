@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nats/nats.h>
 
@@ -446,16 +447,34 @@ static void dead_work(uv_work_t *w) {
   if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Reason", m->reason);
   if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Id", m->m.id ? m->m.id : "");
   if (s == NATS_OK) s = natsMsgHeader_Set(dm, "Idem-Deliveries", deliveries);
-  for (size_t i = 0; s == NATS_OK && i < m->m.nheaders; i++)
-    if (strcasecmp(m->m.headers[i].name, "Nats-Msg-Id"))
-      s = natsMsgHeader_Add(dm, m->m.headers[i].name, m->m.headers[i].value);
-  if (s == NATS_OK && m->m.message_id)
-    s = natsMsgHeader_Set(dm, "Idem-Msg-Id", m->m.message_id);
+  /* the server's own headers (Nats-Msg-Id, Nats-Expected-Stream,
+   * Nats-Rollup...) would act on the dead letter's publish, or refuse it:
+   * they go as Idem-<rest> */
+  for (size_t i = 0; s == NATS_OK && i < m->m.nheaders; i++) {
+    const char *name = m->m.headers[i].name;
+    char renamed[300];
+    if (!strncasecmp(name, "Nats-", 5)) {
+      snprintf(renamed, sizeof renamed, "Idem-%s", name + 5);
+      name = renamed;
+    }
+    s = natsMsgHeader_Add(dm, name, m->m.headers[i].value);
+  }
   jsPubOptions po;
   jsPubOptions_Init(&po);
   po.MsgId = msgid;
   jsPubAck *pa = NULL;
-  if (s == NATS_OK) s = js_PublishMsg(&pa, b->js, dm, &po, NULL);
+  if (s == NATS_OK) {
+    jsErrCode jerr = 0;
+    s = js_PublishMsg(&pa, b->js, dm, &po, &jerr);
+    if (s != NATS_OK) {
+      natsStatus ls = s;
+      const char *err = nats_GetLastError(&ls);
+      fprintf(stderr, "idem consume: nats broker: the dead letter of %s could not be stored in "
+                      "'%s': %s (error %d); it comes again after --lock-ttl\n",
+              m->m.id ? m->m.id : "?", b->dead_stream, err && *err ? err : natsStatus_GetText(s),
+              (int)jerr);
+    }
+  }
   jsPubAck_Destroy(pa);
   natsMsg_Destroy(dm);
   if (s == NATS_OK) s = natsMsg_Term(m->nm, NULL);

@@ -103,6 +103,20 @@ class Outcomes(NatsCase, OutcomeTests):
             self.assertTrue(c.alive(), c.stderr())  # it retries, it does not crash
             c.stop()
 
+    def test_a_dead_letter_carries_the_servers_headers_renamed(self):
+        # Nats-* headers would act on the dead letter's own publish (an
+        # expected stream of another name refuses it): they go as Idem-*
+        self.consumer()
+        self.nc.publish_many(STREAM, [(b"no key", {"Nats-Expected-Stream": JS_STREAM,
+                                                   "Nats-Msg-Id": "m-9", "X-Other": "y"})])
+        self.wait_settled()
+        dead = self.dead_letters()
+        self.assertEqual(len(dead), 1, dead)
+        self.assertEqual(dead[0].get("Idem-Expected-Stream"), JS_STREAM, dead[0])
+        self.assertEqual(dead[0].get("Idem-Msg-Id"), "m-9", dead[0])
+        self.assertEqual(dead[0].get("X-Other"), "y", dead[0])
+        self.assertNotIn("Nats-Expected-Stream", dead[0])
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["nats://127.0.0.1:1?stream=ORDERS", "nats://127.0.0.1:1?consumer=c",
                     "nats://127.0.0.1:1/x?stream=S&consumer=c",
