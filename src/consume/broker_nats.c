@@ -39,6 +39,7 @@
 #include "idem/idem.h"
 
 #define FETCH_WAIT_MS 1000
+#define CONSUMER_CHECK_MS 5000
 #define BACKOFF_MAX_MS 2000
 
 typedef struct nbroker nbroker;
@@ -247,6 +248,20 @@ static natsStatus ensure_consumer(nbroker *b) {
   return s;
 }
 
+/* The durable consumer (made when missing) and a pull subscription on it. */
+static natsStatus subscribe(nbroker *b) {
+  natsStatus s = ensure_consumer(b);
+  if (s == NATS_OK) {
+    snprintf(b->step, sizeof b->step, "subscribing to '%s'", b->subject);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = b->stream;
+    so.Consumer = b->consumer;
+    s = js_PullSubscribe(&b->sub, b->js, b->subject, b->consumer, NULL, &so, NULL);
+  }
+  return s;
+}
+
 static natsStatus fetch_setup(nbroker *b) {
   natsOptions *opts = NULL;
   char url[600];
@@ -267,16 +282,30 @@ static natsStatus fetch_setup(nbroker *b) {
   natsOptions_Destroy(opts);
   if (s == NATS_OK) s = natsConnection_JetStream(&b->js, b->nc, NULL);
   if (s == NATS_OK) s = find_subjects(b);
-  if (s == NATS_OK) s = ensure_consumer(b);
-  if (s == NATS_OK) {
-    snprintf(b->step, sizeof b->step, "subscribing to '%s'", b->subject);
-    jsSubOptions so;
-    jsSubOptions_Init(&so);
-    so.Stream = b->stream;
-    so.Consumer = b->consumer;
-    s = js_PullSubscribe(&b->sub, b->js, b->subject, b->consumer, NULL, &so, NULL);
-  }
+  if (s == NATS_OK) s = subscribe(b);
   return s;
+}
+
+/* The durable consumer went away (deleted, or the server lost its state)
+ * while connected: fetches then only time out. Looked at every
+ * CONSUMER_CHECK_MS of fetches that bring nothing; made again when gone. */
+static void check_consumer(nbroker *b) {
+  jsConsumerInfo *ci = NULL;
+  jsErrCode jerr = 0;
+  natsStatus s = js_GetConsumerInfo(&ci, b->js, b->stream, b->consumer, NULL, &jerr);
+  jsConsumerInfo_Destroy(ci);
+  if (s == NATS_OK || jerr != JSConsumerNotFoundErr)
+    return; /* there, or the server not answering: libnats reconnects */
+  fprintf(stderr, "idem consume: nats broker %s:%d: consumer '%s' of stream '%s' is gone; "
+                  "making it again\n", b->base.uri.host, b->base.uri.port, b->consumer, b->stream);
+  natsSubscription_Destroy(b->sub);
+  b->sub = NULL;
+  s = subscribe(b);
+  if (s != NATS_OK) {
+    natsSubscription_Destroy(b->sub);
+    b->sub = NULL; /* the next turn sets up the whole connection again */
+    fetch_teardown(b);
+  }
 }
 
 /* Wait for credit (or stop); returns how many to fetch, 0 to stop. */
@@ -319,6 +348,7 @@ static int stopping(nbroker *b) {
 static void fetch_main(void *arg) {
   nbroker *b = arg;
   int64_t backoff = 100;
+  uint64_t idle_since = uv_hrtime(); /* since a fetch last brought messages */
   char last[1024] = "";
   while (!stopping(b)) {
     if (!b->sub) {
@@ -346,10 +376,17 @@ static void fetch_main(void *arg) {
       break;
     natsMsgList list = {0};
     natsStatus s = natsSubscription_Fetch(&list, b->sub, (int)n, FETCH_WAIT_MS, NULL);
-    if (s == NATS_OK)
+    if (s == NATS_OK) {
       push_fetched(b, &list);
-    else if (s != NATS_TIMEOUT)
+      idle_since = uv_hrtime();
+      continue;
+    }
+    if (s != NATS_TIMEOUT)
       nats_Sleep(100); /* disconnected: libnats reconnects by itself */
+    if (uv_hrtime() - idle_since >= CONSUMER_CHECK_MS * 1000000ULL) {
+      idle_since = uv_hrtime();
+      check_consumer(b);
+    }
   }
   nats_ReleaseThreadMemory();
   uv_mutex_lock(&b->mu);

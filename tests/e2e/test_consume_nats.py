@@ -117,6 +117,18 @@ class Outcomes(NatsCase, OutcomeTests):
         self.assertEqual(dead[0].get("X-Other"), "y", dead[0])
         self.assertNotIn("Nats-Expected-Stream", dead[0])
 
+    def test_a_consumer_deleted_on_the_server_is_made_again(self):
+        from harness import wait_for
+        c = self.consumer()
+        self.publish([{"message_id": "before", "body": "x"}])
+        self.wait_settled()
+        self.nc.js("CONSUMER.DELETE.%s.%s" % (JS_STREAM, CONSUMER))
+        wait_for(lambda: "is gone; making it again" in c.stderr(), 30, what="the consumer made again")
+        self.publish([{"message_id": "after", "body": "y"}])
+        wait_for(lambda: self.h.successes("after") == 1, 30, what="a message after it")
+        self.wait_settled()
+        self.assertEqual(self.h.successes("before"), 1)  # delivered again from the start: a replay
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["nats://127.0.0.1:1?stream=ORDERS", "nats://127.0.0.1:1?consumer=c",
                     "nats://127.0.0.1:1/x?stream=S&consumer=c",
