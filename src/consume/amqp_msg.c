@@ -122,11 +122,23 @@ static char *field_text(const amqp_field_value_t *v, size_t *len) {
   return cs_dup(buf, *len);
 }
 
-static unsigned count_header(const amsg *m, const char *name) {
+static const char *header(const amsg *m, const char *name) {
   for (size_t i = 0; i < m->m.nheaders; i++)
     if (!strcasecmp(m->m.headers[i].name, name))
-      return (unsigned)strtoul(m->m.headers[i].value, NULL, 10);
-  return 0;
+      return m->m.headers[i].value;
+  return NULL;
+}
+
+/* The deliveries idem counted before this one: its x-idem-deliveries, on
+ * a retry's copy. A dead letter sent back to the queue (a redrive) starts
+ * over: it carries x-idem-reason, and the count that dead-lettered it. A
+ * value that is not a plain count is none. */
+static unsigned counted_before(const amsg *m) {
+  const char *v = header(m, "x-idem-deliveries");
+  if (!v || header(m, "x-idem-reason") || !*v || strspn(v, "0123456789") != strlen(v) ||
+      strlen(v) > 6)
+    return 0;
+  return (unsigned)strtoul(v, NULL, 10);
 }
 
 amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg) {
@@ -157,7 +169,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
     h->value = v;
     h->value_len = vlen;
   }
-  m->m.deliveries = count_header(m, "x-idem-deliveries") + 1 + (d->redelivered ? 1 : 0);
+  m->m.deliveries = counted_before(m) + 1 + (d->redelivered ? 1 : 0);
   if (asprintf(&m->m.id, "%s#%llu", b->queue, (unsigned long long)d->delivery_tag) < 0)
     m->m.id = NULL;
   if (!m->m.body || !m->m.headers || !m->m.id || copy_properties(&m->pool, p, &m->props)) {

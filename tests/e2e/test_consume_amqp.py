@@ -193,6 +193,19 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual([a["headers"].get("X-Idem-Deliveries") for a in self.h.attempts("k1")],
                          ["1", "2"])
 
+    def test_a_redriven_dead_letter_counts_its_deliveries_anew(self):
+        # sent back from NAME.dead as it is: its x-idem-deliveries is the
+        # count that dead-lettered it, not one to go on from; and a count
+        # that is not a plain number of at most 6 digits counts nothing
+        self.consumer("--max-deliveries", "2")
+        self.publish([{"message_id": "redriven", "body": "x", "x-idem-reason": "earlier",
+                       "x-idem-deliveries": "3"},
+                      {"message_id": "odd", "body": "y", "x-idem-deliveries": "1000000"}])
+        self.wait_settled()
+        self.assertEqual(self.dead_letters(), [])
+        self.assertEqual(self.h.attempts("redriven")[0]["headers"]["X-Idem-Deliveries"], "1")
+        self.assertEqual(self.h.successes("odd"), 1)
+
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
         c.declare("replies-" + self.queue)
