@@ -63,8 +63,11 @@ struct nbroker {
   /* shared with the fetch thread, under mu */
   uv_mutex_t mu;
   uv_cond_t cv;
-  unsigned free_slots;
+  unsigned credit;   /* what the flow last said it can take */
+  unsigned fetching; /* asked of the server by the fetch in flight */
   nmsg *inq, *inq_tail;  /* fetched, for the loop */
+  unsigned inq_len;      /* so many: not yet the flow's, so not in its credit */
+  /* a fetch asks for credit - inq_len - fetching: the window holds */
   int stop, thread_done;
   int nc_closed; /* the connection's last callback ran */
   atomic_int up, up_seen;
@@ -308,12 +311,14 @@ static void check_consumer(nbroker *b) {
   }
 }
 
-/* Wait for credit (or stop); returns how many to fetch, 0 to stop. */
+/* Wait for credit (or stop); returns how many to fetch (now counted as
+ * fetching), 0 to stop. */
 static unsigned wait_credit(nbroker *b) {
   uv_mutex_lock(&b->mu);
-  while (!b->stop && !b->free_slots)
+  while (!b->stop && b->credit <= b->inq_len + b->fetching)
     uv_cond_timedwait(&b->cv, &b->mu, 200 * 1000000ULL);
-  unsigned n = b->stop ? 0 : b->free_slots;
+  unsigned n = b->stop ? 0 : b->credit - b->inq_len - b->fetching;
+  b->fetching = n;
   uv_mutex_unlock(&b->mu);
   return n;
 }
@@ -330,8 +335,7 @@ static void push_fetched(nbroker *b, natsMsgList *list) {
     else
       b->inq = m;
     b->inq_tail = m;
-    if (b->free_slots)
-      b->free_slots--;
+    b->inq_len++;
     uv_mutex_unlock(&b->mu);
   }
   natsMsgList_Destroy(list);
@@ -376,6 +380,9 @@ static void fetch_main(void *arg) {
       break;
     natsMsgList list = {0};
     natsStatus s = natsSubscription_Fetch(&list, b->sub, (int)n, FETCH_WAIT_MS, NULL);
+    uv_mutex_lock(&b->mu);
+    b->fetching = 0; /* what came is in inq_len from here on */
+    uv_mutex_unlock(&b->mu);
     if (s == NATS_OK) {
       push_fetched(b, &list);
       idle_since = uv_hrtime();
@@ -428,6 +435,9 @@ static void on_wake(uv_async_t *a) {
   uv_mutex_lock(&b->mu);
   nmsg *q = b->inq;
   b->inq = b->inq_tail = NULL;
+  /* the flow's credit counted none of these: until it says again */
+  b->credit = b->credit > b->inq_len ? b->credit - b->inq_len : 0;
+  b->inq_len = 0;
   uv_mutex_unlock(&b->mu);
   int up = atomic_load(&b->up);
   if (up != atomic_load(&b->up_seen)) {
@@ -546,7 +556,7 @@ static void n_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_
 static void n_credit(cs_broker *base, unsigned n) {
   nbroker *b = (nbroker *)base;
   uv_mutex_lock(&b->mu);
-  b->free_slots = n;
+  b->credit = n;
   uv_cond_signal(&b->cv);
   uv_mutex_unlock(&b->mu);
 }

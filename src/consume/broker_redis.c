@@ -67,6 +67,10 @@ struct rbroker {
   int timers_open;
   int64_t backoff_ms;
   unsigned free_slots;
+  /* asked of Redis by the read and by the takeover in flight: each asks for
+   * at most what the other left, so the two never bring more than the
+   * window */
+  unsigned read_asked, claim_asked;
   int reading, claiming;
   char cursor[64];
   rmsg *failq;
@@ -317,6 +321,7 @@ static void on_read(redisAsyncContext *ac, void *reply, void *priv) {
   redisReply *r = reply;
   (void)ac;
   b->reading = 0;
+  b->read_asked = 0;
   if (!r) {
     maybe_done(b);
     return; /* the connection went: gone() reconnects */
@@ -333,14 +338,17 @@ static void on_read(redisAsyncContext *ac, void *reply, void *priv) {
 }
 
 static void kick_read(rbroker *b) {
-  if (!b->up || b->reading || b->base.closing || !b->free_slots)
+  unsigned avail = b->free_slots > b->claim_asked ? b->free_slots - b->claim_asked : 0;
+  if (!b->up || b->reading || b->base.closing || !avail)
     return;
   char count[16];
-  snprintf(count, sizeof count, "%u", b->free_slots);
+  snprintf(count, sizeof count, "%u", avail);
   const char *argv[] = {"XREADGROUP", "GROUP", b->group, b->consumer, "COUNT", count,
                         "BLOCK", READ_BLOCK_MS, "STREAMS", b->stream, ">"};
-  if (!rconn_send(b->rd, 11, argv, NULL, on_read, b))
+  if (!rconn_send(b->rd, 11, argv, NULL, on_read, b)) {
     b->reading = 1;
+    b->read_asked = avail;
+  }
 }
 
 /* ---- taking over idle entries ---- */
@@ -364,7 +372,7 @@ static void on_counts(redisAsyncContext *ac, void *reply, void *priv) {
   rbroker *b = cb->b;
   redisReply *r = reply;
   (void)ac;
-  b->claiming = 0;
+  b->claiming = b->claim_asked = 0;
   if (!r || r->type != REDIS_REPLY_ARRAY) {
     batch_free(cb); /* still pending: taken over again later */
     maybe_done(b);
@@ -392,7 +400,7 @@ static void ask_counts(rbroker *b, claim_batch *cb) {
   const char *argv[] = {"XPENDING", b->stream, b->group, cb->v[0]->m.id, cb->v[cb->n - 1]->m.id,
                         "100000", b->consumer};
   if (rconn_send(b->wr, 7, argv, NULL, on_counts, cb)) {
-    b->claiming = 0;
+    b->claiming = b->claim_asked = 0;
     batch_free(cb);
   }
 }
@@ -406,7 +414,7 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
       r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
     if (r && r->type == REDIS_REPLY_ERROR)
       fprintf(stderr, "idem consume: XAUTOCLAIM refused: %.200s\n", r->str);
-    b->claiming = 0;
+    b->claiming = b->claim_asked = 0;
     maybe_done(b);
     return;
   }
@@ -421,7 +429,7 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
   }
   if (!cb || !cb->n) {
     free(cb);
-    b->claiming = 0;
+    b->claiming = b->claim_asked = 0;
     maybe_done(b);
     return;
   }
@@ -430,15 +438,18 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void on_claim_timer(uv_timer_t *t) {
   rbroker *b = t->data;
-  if (!b->up || b->claiming || b->base.closing || !b->free_slots)
+  unsigned avail = b->free_slots > b->read_asked ? b->free_slots - b->read_asked : 0;
+  if (!b->up || b->claiming || b->base.closing || !avail)
     return;
   char idle[24], count[16];
   snprintf(idle, sizeof idle, "%lld", (long long)b->base.o.lock_ttl_ms);
-  snprintf(count, sizeof count, "%u", b->free_slots);
+  snprintf(count, sizeof count, "%u", avail);
   const char *argv[] = {"XAUTOCLAIM", b->stream, b->group, b->consumer, idle,
                         b->cursor, "COUNT", count};
-  if (!rconn_send(b->wr, 8, argv, NULL, on_autoclaim, b))
+  if (!rconn_send(b->wr, 8, argv, NULL, on_autoclaim, b)) {
     b->claiming = 1;
+    b->claim_asked = avail;
+  }
 }
 
 /* ---- the connections ---- */

@@ -302,6 +302,21 @@ class OutcomeTests:
                              (k, [a["fence"] for a in self.h.attempts(k)]))
         self.assertEqual(self.dead_letters(), [])
 
+    def test_messages_in_flight_never_pass_the_window(self):
+        keys = ["win-%d" % i for i in range(300)]
+        for k in keys:
+            self.h.delay[k] = 0.01
+        c = self.consumer("--concurrency", "4", "--prefetch", "4", admin=True)
+        self.publish([{"message_id": k, "body": "x"} for k in keys])
+        seen = []
+        deadline = time.monotonic() + 60
+        while sum(self.h.successes(k) for k in keys) < len(keys):
+            self.assertLess(time.monotonic(), deadline, "not all handled in 60 s")
+            seen.append(c.metric("idem_messages_in_flight"))
+            time.sleep(0.01)  # a sampling interval, not a wait for a condition
+        self.assertLessEqual(max(seen), 8, "window 4 + 4, in flight up to %d" % max(seen))
+        self.wait_settled()
+
     def test_claims_take_no_handler_slot(self):
         # a claim takes no --concurrency slot: the message fetched ahead is
         # claimed while the other one holds the only slot, not after it
