@@ -74,6 +74,9 @@ struct nbroker {
   /* the fetch thread's */
   uv_thread_t thread;
   char step[700]; /* what fetch_setup was doing when it failed */
+  /* nc, js and sub are the fetch thread's; a dead letter's publish (in the
+   * thread pool) reads js under js_lock, which the teardown takes to write */
+  uv_rwlock_t js_lock;
   natsConnection *nc;
   jsCtx *js;
   natsSubscription *sub;
@@ -162,6 +165,7 @@ static void on_closed(natsConnection *nc, void *arg) {
 }
 
 static void fetch_teardown(nbroker *b) {
+  uv_rwlock_wrlock(&b->js_lock);
   natsSubscription_Destroy(b->sub);
   jsCtx_Destroy(b->js);
   if (b->nc) {
@@ -177,6 +181,7 @@ static void fetch_teardown(nbroker *b) {
   b->sub = NULL;
   b->js = NULL;
   b->nc = NULL;
+  uv_rwlock_wrunlock(&b->js_lock);
 }
 
 static void on_disconnected(natsConnection *nc, void *arg) {
@@ -510,6 +515,9 @@ static void dead_work(uv_work_t *w) {
   jsPubOptions_Init(&po);
   po.MsgId = msgid;
   jsPubAck *pa = NULL;
+  uv_rwlock_rdlock(&b->js_lock);
+  if (s == NATS_OK && !b->js)
+    s = NATS_CONNECTION_CLOSED; /* torn down meanwhile: it comes again */
   if (s == NATS_OK) {
     jsErrCode jerr = 0;
     s = js_PublishMsg(&pa, b->js, dm, &po, &jerr);
@@ -525,6 +533,7 @@ static void dead_work(uv_work_t *w) {
   jsPubAck_Destroy(pa);
   natsMsg_Destroy(dm);
   if (s == NATS_OK) s = natsMsg_Term(m->nm, NULL);
+  uv_rwlock_rdunlock(&b->js_lock);
   m->ok = s == NATS_OK;
   nats_ReleaseThreadMemory();
 }
@@ -545,8 +554,8 @@ static void n_dead(cs_broker *base, cs_msg *msg, const char *reason, cs_settled_
     if (*p == '\r' || *p == '\n')
       *p = ' ';
   m->work.data = m;
-  if (!atomic_load(&b->up) || !b->js ||
-      uv_queue_work(b->base.o.loop, &m->work, dead_work, dead_done)) {
+  /* js is looked at by dead_work, under js_lock: the loop never waits */
+  if (!atomic_load(&b->up) || uv_queue_work(b->base.o.loop, &m->work, dead_work, dead_done)) {
     settled(m, 0); /* comes again after AckWait */
     return;
   }
@@ -567,6 +576,7 @@ static void handle_closed(uv_handle_t *h) {
     return;
   uv_mutex_destroy(&b->mu);
   uv_cond_destroy(&b->cv);
+  uv_rwlock_destroy(&b->js_lock);
   nats_Close();
   cs_broker_free(&b->base);
 }
@@ -603,6 +613,7 @@ static int n_start(cs_broker *base, char **why) {
   b->consumer = cs_uri_param(&b->base.uri, "consumer");
   uv_mutex_init(&b->mu);
   uv_cond_init(&b->cv);
+  uv_rwlock_init(&b->js_lock);
   uv_async_init(o->loop, &b->wake, on_wake);
   uv_timer_init(o->loop, &b->done_timer);
   b->wake.data = b->done_timer.data = b;
