@@ -7,27 +7,38 @@
 #include "consume/broker.h"
 #include "idem/idem.h"
 
+/* Every broker idem knows; vt NULL when this build leaves it out (the
+ * redis:// broker speaks hiredis, as the Redis store does: -DIDEM_REDIS=OFF
+ * removes both), so that its URIs are refused by name. */
 static const struct {
   const char *prefix;
   const cs_broker_vt *vt;
 } brokers[] = {
-#if IDEM_WITH_REDIS /* the redis:// broker speaks hiredis, as the Redis store does */
+#if IDEM_WITH_REDIS
     {"redis://", &cs_broker_redis},
+#else
+    {"redis://", NULL},
 #endif
     {"nats://", &cs_broker_nats},
     {"amqp://", &cs_broker_amqp},
 };
 
-static const cs_broker_vt *broker_for(const char *uri) {
+/* The broker's entry for uri's scheme, or -1. */
+static int broker_for(const char *uri) {
   for (size_t i = 0; i < sizeof brokers / sizeof brokers[0]; i++)
     if (!strncasecmp(uri, brokers[i].prefix, strlen(brokers[i].prefix)))
-      return brokers[i].vt;
-  return NULL;
+      return (int)i;
+  return -1;
 }
 
 /* Parse uri into u with its broker's check: the broker, or NULL with err. */
 static const cs_broker_vt *checked(const char *uri, cs_uri *u, char *err, size_t len) {
-  const cs_broker_vt *vt = broker_for(uri);
+  int i = broker_for(uri);
+  const cs_broker_vt *vt = i < 0 ? NULL : brokers[i].vt;
+  if (i >= 0 && !vt) {
+    snprintf(err, len, "this build of idem has no Redis support (built with -DIDEM_REDIS=OFF)");
+    return NULL;
+  }
   if (!vt) {
     snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME, "
                        "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME or "

@@ -3,7 +3,8 @@
 # with -DIDEM_REDIS=OFF -DIDEM_POSTGRES=OFF in a temporary build dir, then
 # check what such a build promises:
 #   - libidem.so and idem link neither hiredis nor libpq;
-#   - redis:// and postgres:// URIs are refused by name: idem serve exits 2,
+#   - redis:// and postgres:// URIs are refused by name: idem serve exits 2
+#     (and idem consume, for a redis:// broker),
 #     idem migrate exits 2, each saying this build has no such support;
 #   - no test of those stores is registered;
 #   - its unit, memory and LMDB contract and install tests pass (the install
@@ -51,6 +52,12 @@ out=$("$build/idem" migrate --store postgresql://idem@127.0.0.1:1/idem 2>&1); st
 echo "  idem migrate --store postgresql://idem@127.0.0.1:1/idem: exit $status: $out"
 [ "$status" = 2 ] && grep -q "this build of idem has no PostgreSQL support" <<<"$out"
 check "migrate refuses postgresql:// with exit 2, naming PostgreSQL" $?
+
+out=$("$build/idem" consume --from 'redis://127.0.0.1:1?stream=s&group=g' \
+  --to http://127.0.0.1:1/x --store memory: 2>&1); status=$?
+echo "  idem consume --from redis://...: exit $status: $out"
+[ "$status" = 2 ] && grep -q "this build of idem has no Redis support" <<<"$out"
+check "consume refuses a redis:// broker with exit 2, naming Redis" $?
 
 registered=$(cd "$build" && ctest -N | grep -Ei 'redis|postgres|pg_' || true)
 [ -z "$registered" ]
