@@ -194,12 +194,17 @@ static void store_failed(gw_exchange *ex, const char *op, int err) {
 
 /* ---- once the answer is kept (keep.c) ---- */
 
-/* Nothing could keep the answer: the client must not get it. */
+/* Nothing could keep the answer: the client must not get it. A retry is
+ * busy (409) until the lease ends, so that is when to come back. */
 static void answer_not_kept(gw_exchange *ex) {
+  uint64_t now = uv_hrtime(), end = ex->idem.lease_end_ns;
+  uint64_t secs = end > now ? (end - now + 999999999u) / 1000000000u : 1;
+  char extra[64];
+  snprintf(extra, sizeof extra, "Retry-After: %llu\r\n", (unsigned long long)(secs ? secs : 1));
   problem(ex, GW_OUT_STORE_ERROR, 503, "answer-not-kept", "Answer not kept",
           "the request ran, but its answer could not be kept; the key stays locked "
           "until its lease ends",
-          "Retry-After: 1\r\n");
+          extra);
 }
 
 static void answer_executed(gw_exchange *ex, int kept) {
@@ -497,6 +502,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   case IDEM_CLAIMED:
     ex->idem.claimed = 1;
     ex->idem.fence = res->fence;
+    ex->idem.lease_end_ns = uv_hrtime() + (uint64_t)pol(ex)->lock_ttl_ms * 1000000u;
     gw_metrics_leases(1);
     forward(ex);
     return;

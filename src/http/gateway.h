@@ -86,6 +86,7 @@ typedef struct {
   char scope[65];
   uint8_t fp[IDEM_FINGERPRINT_LEN];
   uint64_t fence;
+  uint64_t lease_end_ns; /* uv_hrtime() when the lease claimed ends (about) */
   int claimed;
   int64_t wait_deadline; /* uv_now() ms; 0 when not waiting */
   unsigned wait_round;

@@ -188,6 +188,25 @@ class RedisOutage(GatewayTestCase):
                  30, interval=0.05, what="the replay from every worker")
         self.assertEqual(self.up.count("early"), 1)
 
+    def test_an_answer_not_kept_says_when_the_lease_ends(self):
+        # --spool off: Redis killed while the upstream runs, the answer has
+        # nowhere to go; the 503 says to come back when the lease ends (a
+        # retry before that is 409), not in a second
+        import threading
+        gw = self.start_gateway(self.up, "--spool", "off", "--lock-ttl", "20s",
+                                "--workers", "1", store=self.redis.uri)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=gw.request(
+            "POST", "/orders", body=b"a", key="lost", headers={"X-Test-Delay-Ms": "1500"})))
+        t.start()
+        self.up.wait_count("lost", 1)
+        self.redis.kill()
+        t.join(30)
+        doc = self.assertProblem(out["r"], 503, self.ctx())
+        self.assertEqual(doc["type"], "urn:idem:problem:answer-not-kept", doc)
+        self.assertGreaterEqual(int(out["r"].header("Retry-After")), 10, out["r"].headers)
+        self.assertLessEqual(int(out["r"].header("Retry-After")), 20, out["r"].headers)
+
 
 if __name__ == "__main__":
     main()
