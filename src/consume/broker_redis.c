@@ -67,9 +67,11 @@ struct rbroker {
   int timers_open;
   int64_t backoff_ms;
   unsigned free_slots;
-  /* asked of Redis by the read and by the takeover in flight: each asks for
-   * at most what the other left, so the two never bring more than the
-   * window */
+  /* asked of Redis by the read and by the takeover in flight: the read
+   * asks for what the takeover left, the takeover for what the read left
+   * but at least one (a blocking read is out nearly all the time: a
+   * takeover that waited for it to leave room would never run), so the two
+   * bring at most one message more than the window */
   unsigned read_asked, claim_asked;
   int reading, claiming;
   char cursor[64];
@@ -438,7 +440,8 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void on_claim_timer(uv_timer_t *t) {
   rbroker *b = t->data;
-  unsigned avail = b->free_slots > b->read_asked ? b->free_slots - b->read_asked : 0;
+  unsigned avail = b->free_slots > b->read_asked ? b->free_slots - b->read_asked
+                                                 : b->free_slots ? 1 : 0;
   if (!b->up || b->claiming || b->base.closing || !avail)
     return;
   char idle[24], count[16];
