@@ -69,7 +69,7 @@ struct nbroker {
   unsigned inq_len;      /* so many: not yet the flow's, so not in its credit */
   /* a fetch asks for credit - inq_len - fetching: the window holds */
   int stop, thread_done;
-  int nc_closed; /* the connection's last callback ran */
+  struct nats_cbs *cbs; /* the connection's callbacks' view of this broker */
   atomic_int up, up_seen;
   /* the fetch thread's */
   uv_thread_t thread;
@@ -152,50 +152,98 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
 
 /* ---- the fetch thread ---- */
 
-/* libnats calls back from a thread of its own, after a close too: the
- * closed callback is the last one, so a connection is destroyed (and the
- * broker may go) only once it has run. */
-static void on_closed(natsConnection *nc, void *arg) {
-  nbroker *b = arg;
+/* libnats calls a connection back from a thread of its own, and after a
+ * close too: the closed callback is the last one. The callbacks reach the
+ * broker through this, one per connection, which lets go of the broker
+ * when the teardown stops waiting for the closed callback (5 s at most, so
+ * that a stop cannot hang); whichever of the two comes last frees it. */
+typedef struct nats_cbs {
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  nbroker *b; /* NULL once the teardown stopped waiting */
+  int closed;
+} nats_cbs;
+
+static nats_cbs *cbs_new(nbroker *b) {
+  nats_cbs *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  uv_mutex_init(&c->mu);
+  uv_cond_init(&c->cv);
+  c->b = b;
+  return c;
+}
+
+static void cbs_free(nats_cbs *c) {
+  uv_cond_destroy(&c->cv);
+  uv_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static void set_up_from(nats_cbs *c, int up) {
+  uv_mutex_lock(&c->mu);
+  if (c->b) {
+    atomic_store(&c->b->up, up);
+    uv_async_send(&c->b->wake);
+  }
+  uv_mutex_unlock(&c->mu);
+}
+
+static void on_disconnected(natsConnection *nc, void *arg) {
   (void)nc;
-  uv_mutex_lock(&b->mu);
-  b->nc_closed = 1;
-  uv_cond_broadcast(&b->cv);
-  uv_mutex_unlock(&b->mu);
+  set_up_from(arg, 0);
+}
+
+static void on_reconnected(natsConnection *nc, void *arg) {
+  (void)nc;
+  set_up_from(arg, 1);
+}
+
+static void on_closed(natsConnection *nc, void *arg) {
+  nats_cbs *c = arg;
+  (void)nc;
+  uv_mutex_lock(&c->mu);
+  c->closed = 1;
+  int orphan = !c->b;
+  uv_cond_broadcast(&c->cv);
+  uv_mutex_unlock(&c->mu);
+  if (orphan)
+    cbs_free(c);
+}
+
+/* Close the connection and wait (a while) for its last callback. */
+static void close_connection(nbroker *b) {
+  nats_cbs *c = b->cbs;
+  b->cbs = NULL;
+  if (b->nc)
+    natsConnection_Close(b->nc);
+  if (!c) {
+    if (b->nc)
+      natsConnection_Destroy(b->nc);
+    return;
+  }
+  uv_mutex_lock(&c->mu);
+  uint64_t deadline = uv_hrtime() + 5000000000ULL;
+  while (b->nc && !c->closed && uv_hrtime() < deadline)
+    uv_cond_timedwait(&c->cv, &c->mu, 100 * 1000000ULL);
+  int closed = c->closed || !b->nc;
+  c->b = NULL; /* a closed callback still to come frees c */
+  uv_mutex_unlock(&c->mu);
+  if (b->nc)
+    natsConnection_Destroy(b->nc);
+  if (closed)
+    cbs_free(c);
 }
 
 static void fetch_teardown(nbroker *b) {
   uv_rwlock_wrlock(&b->js_lock);
   natsSubscription_Destroy(b->sub);
   jsCtx_Destroy(b->js);
-  if (b->nc) {
-    natsConnection_Close(b->nc);
-    uv_mutex_lock(&b->mu);
-    uint64_t deadline = uv_hrtime() + 5000000000ULL;
-    while (!b->nc_closed && uv_hrtime() < deadline)
-      uv_cond_timedwait(&b->cv, &b->mu, 100 * 1000000ULL);
-    b->nc_closed = 0;
-    uv_mutex_unlock(&b->mu);
-    natsConnection_Destroy(b->nc);
-  }
+  close_connection(b);
   b->sub = NULL;
   b->js = NULL;
   b->nc = NULL;
   uv_rwlock_wrunlock(&b->js_lock);
-}
-
-static void on_disconnected(natsConnection *nc, void *arg) {
-  nbroker *b = arg;
-  (void)nc;
-  atomic_store(&b->up, 0);
-  uv_async_send(&b->wake);
-}
-
-static void on_reconnected(natsConnection *nc, void *arg) {
-  nbroker *b = arg;
-  (void)nc;
-  atomic_store(&b->up, 1);
-  uv_async_send(&b->wake);
 }
 
 /* The stream's subject (its first), the dead-letter subject and a stream
@@ -283,9 +331,11 @@ static natsStatus fetch_setup(nbroker *b) {
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 100);
-  if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b);
-  if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_reconnected, b);
-  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, b);
+  if (s == NATS_OK && !(b->cbs = cbs_new(b)))
+    s = NATS_NO_MEMORY;
+  if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_disconnected, b->cbs);
+  if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_reconnected, b->cbs);
+  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, b->cbs);
   if (s == NATS_OK) s = natsConnection_Connect(&b->nc, opts);
   natsOptions_Destroy(opts);
   if (s == NATS_OK) s = natsConnection_JetStream(&b->js, b->nc, NULL);
