@@ -12,7 +12,6 @@
 #include "consume/consume.h"
 #include "core/settings.h"
 #include "http/config.h"
-#include "store/backend.h"
 
 static const char usage[] =
     "usage: idem consume --from BROKER_URI --to http://HOST:PORT/PATH [options]\n"
@@ -75,14 +74,8 @@ static int parse_key(void *cfg, const setting *s, const char *v, char *err, size
 }
 
 static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
-  if (!*v)
-    return refuse(err, len, s, v, "a store URI", "memory:, lmdb:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,... or postgres://...");
-  char *why = NULL;
-  if (idem_store_uri_check(v, &why)) {
-    snprintf(err, len, "--%s: %s", s->name, why ? why : "a malformed store URI");
-    free(why);
+  if (gw_check_store_uri(s, v, err, len)) /* as serve reads its own */
     return -1;
-  }
   ((cs_config *)cfg)->store_uri = v;
   return 0;
 }

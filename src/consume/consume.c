@@ -61,8 +61,7 @@ typedef struct cs_job {
   int parked; /* busy behind a job of this consumer with the same key */
   void (*on_timer)(struct cs_job *j);
   idem_queue linked; /* in f->jobs */
-  idem_queue queued; /* in f->ready, while it waits for a slot */
-  int in_ready;      /* so */
+  idem_queue queued; /* in f->ready while it waits for a slot, else alone */
   uint64_t reclaim_until; /* a stale answer's claim is asked again until then */
   int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
@@ -203,7 +202,7 @@ void cs_flow_keep_held(cs_flow *f) {
     cs_job *j = IDEM_QUEUE_DATA(node, cs_job, linked);
     /* a job with a lease is kept too while it waits for a slot: its lease
      * is checked before its handler runs (start_handlers) */
-    if ((j->fence && !j->in_ready) || j->settling || now - j->kept_at < due)
+    if ((j->fence && idem_queue_empty(&j->queued)) || j->settling || now - j->kept_at < due)
       continue;
     f->broker->vt->keep(f->broker, j->m);
     j->kept_at = now;
@@ -307,6 +306,18 @@ static void fail_dead(cs_job *j, int status, const char *reason) {
 static void keep(cs_job *j);
 static void claim_then(cs_job *j, idem_cb cb);
 
+/* A store operation after the handler failed: then(j) again after a
+ * backoff, if that is before until (ms, uv_now) and the flow is not
+ * stopping. 1 when so held; 0 when the caller must give up. */
+static int retry_store_until(cs_job *j, uint64_t until, void (*then)(cs_job *j)) {
+  cs_flow *f = j->f;
+  int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
+  if (f->stopping || uv_now(&f->loop) + (uint64_t)wait >= until)
+    return 0;
+  hold(j, wait, then);
+  return 1;
+}
+
 /* After a stale answer (the lease ran out while the handler ran, and
  * another delivery took the key): if the key is free again (that delivery
  * released it, or its lease ran out too), this run's answer is kept under
@@ -326,11 +337,7 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
      * Asked again for a lease's time, then the message comes again and the
      * record decides. */
     note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
-    uint64_t now = uv_now(&f->loop);
-    int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
-    if (!f->stopping && now + (uint64_t)wait < j->reclaim_until)
-      hold(j, wait, reclaim);
-    else
+    if (!retry_store_until(j, j->reclaim_until, reclaim))
       settle_later(j, f->cfg->retry_delay_ms, CS_OUT_STORE_ERROR, 1);
     return;
   }
@@ -378,13 +385,11 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
       return;
     }
   }
-  uint64_t now = uv_now(&f->loop);
-  int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
-  if (!f->stopping && now + (uint64_t)wait < j->lease_end) {
-    hold(j, wait, keep); /* the lease still keeps duplicates out: try again */
+  /* the lease still keeps duplicates out: try again while it lasts */
+  if (retry_store_until(j, j->lease_end, keep))
     return;
-  }
   /* not kept, not acked: it comes again once the lease is over */
+  uint64_t now = uv_now(&f->loop);
   settle_later(j, j->lease_end > now ? (int64_t)(j->lease_end - now) : 0, CS_OUT_STORE_ERROR, 1);
 }
 
@@ -525,7 +530,6 @@ static void start_handlers(cs_flow *f) {
   f->starting_handlers = 1;
   while (!idem_queue_empty(&f->ready) && f->at_handler < (unsigned)f->cfg->concurrency) {
     cs_job *j = IDEM_QUEUE_DATA(idem_queue_pop(&f->ready), cs_job, queued);
-    j->in_ready = 0;
     if (lease_too_short(j)) {
       claim_after_lease(j);
       continue;
@@ -540,7 +544,6 @@ static void start_handlers(cs_flow *f) {
 /* j is due at the handler: now if a slot is free, else in its turn. */
 static void to_handler(cs_job *j) {
   idem_queue_insert_tail(&j->f->ready, &j->queued);
-  j->in_ready = 1;
   start_handlers(j->f);
 }
 
@@ -674,6 +677,7 @@ void cs_flow_on_message(void *arg, cs_msg *m) {
   }
   j->f = f;
   j->m = m;
+  idem_queue_init(&j->queued);
   j->t0_ns = uv_hrtime();
   j->kept_at = uv_now(&f->loop);
   start_job(j);

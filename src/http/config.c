@@ -153,7 +153,7 @@ static int parse_upstream_flag(void *cfg, const setting *s, const char *v, char 
   return 0;
 }
 
-static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+int gw_check_store_uri(const setting *s, const char *v, char *err, size_t len) {
   if (!*v)
     return refuse_value(err, len, s, v, "a store URI",
                   "memory:, lmdb:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,... or postgres://...");
@@ -163,6 +163,12 @@ static int parse_store(void *cfg, const setting *s, const char *v, char *err, si
     free(why);
     return -1;
   }
+  return 0;
+}
+
+static int parse_store(void *cfg, const setting *s, const char *v, char *err, size_t len) {
+  if (gw_check_store_uri(s, v, err, len))
+    return -1;
   ((gw_config *)cfg)->store_uri = v;
   return 0;
 }

@@ -93,6 +93,11 @@ void gw_config_usage(FILE *out);
 /* Parse "HOST:PORT", "[V6]:PORT" or ":PORT" into a numeric address. */
 int gw_addr_parse(const char *text, gw_addr *out);
 
+/* A --store value as serve reads it: not empty, and a well-formed URI of a
+ * store this build has (idem_store_uri_check; nothing is opened). 0, or
+ * -1 with err naming the flag. consume reads its --store with it too. */
+int gw_check_store_uri(const setting *s, const char *v, char *err, size_t len);
+
 /* Split http://HOST[:PORT]... : HOST (brackets dropped) into host, the port
  * (80 when none), and *rest at what follows the authority ("", or from the
  * first '/', '?' or '#'). 0, or -1 when malformed or host does not fit. */
