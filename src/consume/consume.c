@@ -337,8 +337,12 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
      * Asked again for a lease's time, then the message comes again and the
      * record decides. */
     note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
-    if (!retry_store_until(j, j->reclaim_until, reclaim))
-      settle_later(j, f->cfg->retry_delay_ms, CS_OUT_STORE_ERROR, 1);
+    if (retry_store_until(j, j->reclaim_until, reclaim))
+      return;
+    fprintf(stderr, "idem consume: key '%s': the handler's answer came back after its lease and "
+                    "could not be kept (%s); not acked, the message comes again\n",
+            j->key, idem_strerror(res->err));
+    settle_later(j, f->cfg->retry_delay_ms, CS_OUT_STORE_ERROR, 1);
     return;
   }
   note_store(f, 0);

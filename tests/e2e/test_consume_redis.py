@@ -68,8 +68,10 @@ class Outcomes(ConsumeCase, OutcomeTests):
         # the handler outlives the lease: the duplicate parked behind it
         # claims when the lease ends (a takeover), and the first one's end
         # must not wake it a second time
-        self.h.delay = {"k1": 3.0}  # the takeover comes about 2 s before the answer
-        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "6s")
+        # the takeover comes about 4 s before the answer: a machine that
+        # stalls for less than that cannot let the first run finish first
+        self.h.delay = {"k1": 5.0}
+        c = self.consumer("--lock-ttl", "1s", "--handler-timeout", "8s")
         self.publish([{"message_id": "k1", "body": "x"}, {"message_id": "k1", "body": "x"}])
         self.wait_settled(30)
         self.assertTrue(c.alive(), c.stderr())
