@@ -187,9 +187,11 @@ static int prepare_dir(const char *path, int create, char **errmsg) {
     if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, "..") || !strcmp(d->d_name, "lock.mdb") ||
         !strcmp(d->d_name, "idem.log"))
       continue;
-    if (!strcmp(d->d_name, "data.mdb"))
-      has_data = 1;
-    else
+    if (!strcmp(d->d_name, "data.mdb")) {
+      /* empty: an open that died before LMDB wrote its first pages */
+      struct stat dst;
+      has_data = fstatat(dirfd(dir), "data.mdb", &dst, 0) != 0 || dst.st_size > 0;
+    } else
       has_other = 1;
   }
   closedir(dir);
@@ -198,8 +200,8 @@ static int prepare_dir(const char *path, int create, char **errmsg) {
                 "lmdb: '%s' is not an idem store: it holds other files and no data.mdb "
                 "(use a new or empty directory)", path);
   if (!has_data && !create)
-    return fail(errmsg, IDEM_ENOTSTORE, "lmdb: no store at '%s' (the directory holds no data.mdb)",
-                path);
+    return fail(errmsg, IDEM_ENOTSTORE,
+                "lmdb: no store at '%s' (the directory holds no data.mdb, or an empty one)", path);
   return 0;
 }
 
@@ -253,6 +255,11 @@ static int open_dbs(lmdb_env *e, char **errmsg) {
         st.ms_entries != 0) {
       err = fail(errmsg, IDEM_ENOTSTORE,
                  "lmdb: '%s' holds an LMDB database that is not an idem store", e->path);
+      goto out;
+    }
+    if (rc == 0 && !e->opt.create) { /* a creation that died before its first commit */
+      err = fail(errmsg, IDEM_ENOTSTORE, "lmdb: no store at '%s' (data.mdb holds no records yet)",
+                 e->path);
       goto out;
     }
     if (rc == 0 && (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &e->meta)) == 0)

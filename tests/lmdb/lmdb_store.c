@@ -183,6 +183,40 @@ static void create_no_opens_only_an_existing_store(void **state) {
   free(msg);
 }
 
+/* A creation that died before its first commit leaves an empty data.mdb, or
+ * one with LMDB's first pages and no records: create=no (keys, gc, migrate, a
+ * gateway told the store must exist) finds no store there, and the default
+ * finishes the creation. */
+static void an_unfinished_creation_is_no_store(void **state) {
+  (void)state;
+  char p[300], f[400], *msg = NULL;
+  fresh_path(p, sizeof p);
+  assert_int_equal(mkdir(p, 0700), 0);
+  snprintf(f, sizeof f, "%s/data.mdb", p);
+  FILE *fp = fopen(f, "w");
+  fclose(fp);
+  assert_int_equal(open_err(uri_of(p, "create=no"), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "no store at"));
+  free(msg);
+  struct stat st;
+  assert_int_equal(stat(f, &st), 0);
+  assert_int_equal(st.st_size, 0); /* left as it was */
+  assert_int_equal(open_err(uri_of(p, NULL), NULL), 0);
+  assert_int_equal(open_err(uri_of(p, "create=no"), NULL), 0);
+
+  fresh_path(p, sizeof p);
+  assert_int_equal(mkdir(p, 0700), 0);
+  MDB_env *env;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_open(env, p, 0, 0600), 0); /* its first pages, no commit */
+  mdb_env_close(env);
+  assert_int_equal(open_err(uri_of(p, "create=no"), &msg), IDEM_ENOTSTORE);
+  assert_non_null(strstr(msg, "holds no records yet"));
+  free(msg);
+  assert_int_equal(open_err(uri_of(p, NULL), NULL), 0);
+  assert_int_equal(open_err(uri_of(p, "create=no"), NULL), 0);
+}
+
 static void foreign_files_are_not_stores(void **state) {
   (void)state;
   char p[300], f[400], *msg = NULL;
@@ -1035,6 +1069,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
       cmocka_unit_test(create_no_opens_only_an_existing_store),
       cmocka_unit_test(foreign_files_are_not_stores),
+      cmocka_unit_test(an_unfinished_creation_is_no_store),
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(concurrent_writes_share_commits),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
