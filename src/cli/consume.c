@@ -12,6 +12,7 @@
 #include "consume/consume.h"
 #include "core/settings.h"
 #include "http/config.h"
+#include "store/backend.h"
 
 static const char usage[] =
     "usage: idem consume --from BROKER_URI --to http://HOST:PORT/PATH [options]\n"
@@ -22,7 +23,9 @@ static const char usage[] =
     "is acked without reaching the handler again.\n"
     "\n"
     "brokers:\n"
+#if IDEM_WITH_REDIS
     "  redis://[user:pass@]host:port[/db]?stream=NAME&group=NAME[&consumer=NAME]\n"
+#endif
     "  amqp://user:pass@host:port/vhost?queue=NAME[&prefetch=N]  (RabbitMQ)\n"
     "  nats://[user:pass@]host:port?stream=NAME&consumer=NAME   (JetStream)\n"
     "\n"
@@ -112,8 +115,7 @@ static const setting consume_settings[] = {
     {"from", "URI", SETTING_CUSTOM, 0, NULL, 0, 0, parse_from, "the broker (required; see above)"},
     {"to", "URL", SETTING_CUSTOM, 0, NULL, 0, 0, parse_to,
      "the handler: http://HOST:PORT/PATH (required)"},
-    {"store", "URI", SETTING_CUSTOM, 0, "lmdb:./idem-data", 0, 0, parse_store,
-     "memory:, lmdb:PATH, redis://..., redis+cluster://..., postgres://..."},
+    {"store", "URI", SETTING_CUSTOM, 0, "lmdb:./idem-data", 0, 0, parse_store, IDEM_STORE_HELP},
     {"key", "SOURCE", SETTING_CUSTOM, 0, "message-id", 0, 0, parse_key,
      "message-id, header:NAME, json:/POINTER or body-sha256"},
     {"scope", "NAME", SETTING_CUSTOM, 0, NULL, 0, 0, parse_scope,
@@ -155,7 +157,7 @@ int cmd_consume(int argc, char **argv) {
     cfg.scope = "";
   if (!cfg.from)
     return cli_usage_error("consume", "--from is required; use e.g. "
-                                      "redis://127.0.0.1:6379?stream=orders&group=billing");
+                                      "nats://127.0.0.1:4222?stream=ORDERS&consumer=billing");
   if (!cfg.to_host[0])
     return cli_usage_error("consume", "--to is required; use http://HOST:PORT/PATH");
   if (cfg.max_retry_delay_ms < cfg.retry_delay_ms)

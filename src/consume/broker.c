@@ -40,7 +40,10 @@ static const cs_broker_vt *checked(const char *uri, cs_uri *u, char *err, size_t
     return NULL;
   }
   if (!vt) {
-    snprintf(err, len, "unknown broker; use redis://HOST:PORT?stream=NAME&group=NAME, "
+    snprintf(err, len, "unknown broker; use "
+#if IDEM_WITH_REDIS
+                       "redis://HOST:PORT?stream=NAME&group=NAME, "
+#endif
                        "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME or "
                        "nats://HOST:PORT?stream=NAME&consumer=NAME");
     return NULL;

@@ -248,11 +248,15 @@ static const setting serve_settings[] = {
     CUSTOM("listen", "ADDR:PORT", "127.0.0.1:8081", parse_address, "client listener"),
     CUSTOM("upstream", "URL", NULL, parse_upstream_flag,
            "the API behind the gateway: http://HOST:PORT (required)"),
-    CUSTOM("store", "URI", "lmdb:./idem-data", parse_store,
-           "memory:, lmdb:PATH, redis://..., redis+cluster://..., postgres://..."),
+    CUSTOM("store", "URI", "lmdb:./idem-data", parse_store, IDEM_STORE_HELP),
+#if IDEM_WITH_REDIS
     CUSTOM("cache", "URI", NULL, parse_cache,
            "memory:SIZE[?ttl=DUR] (this process) or redis://...\n(shared): replays answered "
            "from it (default none)"),
+#else
+    CUSTOM("cache", "URI", NULL, parse_cache,
+           "memory:SIZE[?ttl=DUR]: replays answered from it\n(default none)"),
+#endif
     CUSTOM("config", "FILE", NULL, parse_config_path,
            "YAML file: these settings (with _ for -), defaults:\nand routes: (flags override it; "
            "SIGHUP reloads it)"),

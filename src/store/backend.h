@@ -72,6 +72,19 @@ typedef struct {
  * may be NULL). */
 int idem_store_uri_check(const char *uri, char **errmsg);
 
+/* The store URIs this build takes, for --help texts. */
+#if IDEM_WITH_REDIS
+#define IDEM_STORE_HELP_REDIS ", redis://..., redis+cluster://..."
+#else
+#define IDEM_STORE_HELP_REDIS ""
+#endif
+#if IDEM_WITH_POSTGRES
+#define IDEM_STORE_HELP_PG ", postgres://..."
+#else
+#define IDEM_STORE_HELP_PG ""
+#endif
+#define IDEM_STORE_HELP "memory:, lmdb:PATH" IDEM_STORE_HELP_REDIS IDEM_STORE_HELP_PG
+
 struct idem_cache;
 
 struct idem_store {

@@ -3,7 +3,8 @@
 # with -DIDEM_REDIS=OFF -DIDEM_POSTGRES=OFF in a temporary build dir, then
 # check what such a build promises:
 #   - libidem.so and idem link neither hiredis nor libpq;
-#   - redis:// and postgres:// URIs are refused by name: idem serve exits 2
+#   - redis:// and postgres:// URIs are refused by name, and --help offers
+#     none: idem serve exits 2
 #     (and idem consume, for a redis:// broker),
 #     idem migrate exits 2, each saying this build has no such support;
 #   - no test of those stores is registered;
@@ -58,6 +59,12 @@ out=$("$build/idem" consume --from 'redis://127.0.0.1:1?stream=s&group=g' \
 echo "  idem consume --from redis://...: exit $status: $out"
 [ "$status" = 2 ] && grep -q "this build of idem has no Redis support" <<<"$out"
 check "consume refuses a redis:// broker with exit 2, naming Redis" $?
+
+for cmd in serve consume; do
+  out=$("$build/idem" "$cmd" --help 2>&1)
+  ! grep -Eq 'redis(\+cluster)?://|postgres://' <<<"$out"
+  check "idem $cmd --help offers no redis:// or postgres:// URI" $?
+done
 
 registered=$(cd "$build" && ctest -N | grep -Ei 'redis|postgres|pg_' || true)
 [ -z "$registered" ]
