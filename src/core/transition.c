@@ -83,10 +83,13 @@ static int claim(const idem_record *cur, const idem_op *op, int64_t now,
 }
 
 /* complete, fail and release: only the holder of the current fence may end
- * the processing state; anyone else is a zombie whose lease was taken over. */
+ * the processing state; anyone else is a zombie whose lease was taken over.
+ * A record past its retention is gone (a Redis key has expired, a sweep
+ * may have deleted it), whether or not this store still holds it. */
 static int finish(const idem_record *cur, const idem_op *op, int64_t now,
                   idem_record *next, idem_result *res) {
-  if (!cur || cur->state != IDEM_STATE_PROCESSING || cur->fence != op->fence) {
+  if (!cur || cur->state != IDEM_STATE_PROCESSING || cur->fence != op->fence ||
+      now >= cur->expires_at) {
     res->err = IDEM_ESTALE;
     return IDEM_WRITE_NONE;
   }

@@ -84,19 +84,22 @@ static const char claim_sql[] =
     "FROM idem_records r, (SELECT $3::bytea AS fingerprint, t.now AS created_at FROM t) excluded "
     "WHERE r.scope = $1 AND r.key = $2 AND NOT EXISTS (SELECT 1 FROM taken)";
 
-/* complete and fail: only the holder of the current fence ends processing */
+/* complete and fail: only the holder of the current fence ends processing,
+ * while the record is within its retention (idem_transition's finish) */
 static const char finish_sql[] =
     "UPDATE idem_records SET state = $5, locked_until = 0, "
     "updated_at = " NOW_MS ", expires_at = " NOW_MS " + $4, "
     "status = $6, headers = $7, body = $8 "
-    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 RETURNING fence";
+    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 AND expires_at > " NOW_MS " "
+    "RETURNING fence";
 
 /* release keeps the row, stateless, until its retention ends: the fence
  * lives on and the next claim continues from it */
 static const char release_sql[] =
     "UPDATE idem_records SET state = 0, locked_until = 0, "
     "updated_at = " NOW_MS ", status = 0, headers = NULL, body = NULL "
-    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 RETURNING fence";
+    "WHERE scope = $1 AND key = $2 AND state = 1 AND fence = $3 AND expires_at > " NOW_MS " "
+    "RETURNING fence";
 
 static const char get_sql[] =
     "SELECT " RECORD_COLS " FROM idem_records "

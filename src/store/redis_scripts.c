@@ -90,7 +90,7 @@ const char idem_redis_script[] =
     "end\n"
     "if op == 'complete' or op == 'fail' or op == 'release' then\n"
     /* only the holder of the current fence ends the processing state */
-    "  if cur == nil or cur.state ~= 1 or cur.fence ~= fence then\n"
+    "  if cur == nil or cur.state ~= 1 or cur.fence ~= fence or now >= cur.expires_at then\n"
     "    return {-6, 0, '0', 0}\n"
     "  end\n"
     "  if op == 'release' then\n"

@@ -296,6 +296,33 @@ static void short_ttl_still_fences_a_takeover(void **state) {
   assert_int_equal(complete("", key, 2, "winner"), 0);
 }
 
+/* A worker that comes back after the record's retention finds it gone, on
+ * every store alike (a Redis key has expired; memory and LMDB may still hold
+ * it until a sweep): its complete is stale, and keeps nothing. */
+static void ending_after_retention_is_stale(void **state) {
+  (void)state;
+  const char *key = unique_key("past-retention");
+  idem_result res;
+  idem_op op = claim_op("", key, "a", 20);
+  op.ttl_ms = 10; /* retention: one lease past the lease, 40 ms */
+  assert_int_equal(idem_sync_run(db, &op, &res), 0);
+  assert_true(claimed(&res, 1));
+  int64_t deadline = idem_now_ms() + WAIT_DEADLINE_MS;
+  int err;
+  while ((err = get("", key, &res)) == 0 && idem_now_ms() < deadline) {
+    idem_result_clear(&res);
+    usleep(10 * 1000);
+  }
+  assert_int_equal(err, IDEM_ENOTFOUND);
+  assert_int_equal(complete("", key, 1, "late"), IDEM_ESTALE);
+  assert_int_equal(finish(IDEM_OP_FAIL, "", key, 1, 500, "late", TTL_LONG_MS), IDEM_ESTALE);
+  assert_int_equal(finish(IDEM_OP_RELEASE, "", key, 1, 0, NULL, TTL_LONG_MS), IDEM_ESTALE);
+  assert_int_equal(get("", key, &res), IDEM_ENOTFOUND);
+  assert_int_equal(claim("", key, "b", TTL_LONG_MS, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED); /* unseen: no mismatch, no replay */
+  idem_result_clear(&res);
+}
+
 static void ending_twice_or_unknown_is_stale(void **state) {
   (void)state;
   const char *key = unique_key("twice");
@@ -793,6 +820,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(lease_over_takeover_counts_up_repeatedly),
       cmocka_unit_test(short_ttl_still_fences_a_takeover),
       cmocka_unit_test(ending_twice_or_unknown_is_stale),
+      cmocka_unit_test(ending_after_retention_is_stale),
       cmocka_unit_test(release_makes_it_claimable_and_keeps_the_fence),
       cmocka_unit_test(failed_is_taken_over_or_replayed_by_flag),
       cmocka_unit_test(retention_end_makes_the_key_unseen),

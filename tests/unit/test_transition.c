@@ -208,33 +208,38 @@ typedef struct {
   uint64_t fence;
   int err;
   idem_state after;
+  int expired;
 } end_row;
 
 static const end_row end_table[] = {
     /* processing ──complete(fence)──► completed, stale fence refused */
-    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 5, 0, IDEM_STATE_COMPLETED},
-    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 4, IDEM_ESTALE, 0},
-    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 6, IDEM_ESTALE, 0},
+    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 5, 0, IDEM_STATE_COMPLETED, 0},
+    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 4, IDEM_ESTALE, 0, 0},
+    {PROCESSING_LEASED, IDEM_OP_COMPLETE, 6, IDEM_ESTALE, 0, 0},
     /* the lease ended but nobody took over: the holder may still finish */
-    {PROCESSING_LEASE_OVER, IDEM_OP_COMPLETE, 5, 0, IDEM_STATE_COMPLETED},
-    {PROCESSING_LEASED, IDEM_OP_FAIL, 5, 0, IDEM_STATE_FAILED},
-    {PROCESSING_LEASED, IDEM_OP_FAIL, 4, IDEM_ESTALE, 0},
-    {PROCESSING_LEASED, IDEM_OP_RELEASE, 5, 0, IDEM_STATE_UNSEEN},
-    {PROCESSING_LEASED, IDEM_OP_RELEASE, 4, IDEM_ESTALE, 0},
+    {PROCESSING_LEASE_OVER, IDEM_OP_COMPLETE, 5, 0, IDEM_STATE_COMPLETED, 0},
+    {PROCESSING_LEASED, IDEM_OP_FAIL, 5, 0, IDEM_STATE_FAILED, 0},
+    {PROCESSING_LEASED, IDEM_OP_FAIL, 4, IDEM_ESTALE, 0, 0},
+    {PROCESSING_LEASED, IDEM_OP_RELEASE, 5, 0, IDEM_STATE_UNSEEN, 0},
+    {PROCESSING_LEASED, IDEM_OP_RELEASE, 4, IDEM_ESTALE, 0, 0},
     /* nothing to end */
-    {ABSENT, IDEM_OP_COMPLETE, 1, IDEM_ESTALE, 0},
-    {RELEASED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0},
-    {COMPLETED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0},
-    {COMPLETED, IDEM_OP_RELEASE, 5, IDEM_ESTALE, 0},
-    {FAILED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0},
-    {FAILED, IDEM_OP_FAIL, 5, IDEM_ESTALE, 0},
+    {ABSENT, IDEM_OP_COMPLETE, 1, IDEM_ESTALE, 0, 0},
+    {RELEASED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0, 0},
+    {COMPLETED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0, 0},
+    {COMPLETED, IDEM_OP_RELEASE, 5, IDEM_ESTALE, 0, 0},
+    {FAILED, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0, 0},
+    {FAILED, IDEM_OP_FAIL, 5, IDEM_ESTALE, 0, 0},
+    /* past its retention the record is gone, even for the current fence */
+    {PROCESSING_LEASE_OVER, IDEM_OP_COMPLETE, 5, IDEM_ESTALE, 0, 1},
+    {PROCESSING_LEASE_OVER, IDEM_OP_FAIL, 5, IDEM_ESTALE, 0, 1},
+    {PROCESSING_LEASE_OVER, IDEM_OP_RELEASE, 5, IDEM_ESTALE, 0, 1},
 };
 
 static void endings_follow_the_table(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof end_table / sizeof end_table[0]; i++) {
     const end_row *row = &end_table[i];
-    idem_record cur = stored(row->kind, 0), next;
+    idem_record cur = stored(row->kind, row->expired), next;
     idem_op op = end_op(row->op, row->fence);
     idem_result res;
     int write = idem_transition(row->kind == ABSENT ? NULL : &cur, &op, NOW, &next, &res);
