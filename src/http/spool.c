@@ -113,19 +113,48 @@ static void set_depth(gw_spool *sp, size_t n) {
 
 /*
  * What names a store for the spool: its URI less the user and password,
- * less the options (?...), with an lmdb: path made absolute. A restart with
+ * with an lmdb: path made absolute, and of its options (?...) only those
+ * that choose which records it holds: a Redis prefix=; PostgreSQL's dbname,
+ * host, hostaddr, port, service and options (a search_path). A restart with
  * a larger map_size (the cure for a full map), another pool= or a rotated
  * password still finds and drains what the last run spooled; another host,
- * database or directory does not.
+ * database, prefix or directory does not.
  */
+static const char *const naming_options[] = {"prefix",   "dbname",  "host",   "hostaddr",
+                                             "port",     "service", "options"};
+
+static int names_the_store(const char *opt, size_t len) {
+  for (size_t i = 0; i < sizeof naming_options / sizeof naming_options[0]; i++)
+    if (strlen(naming_options[i]) == len && !memcmp(opt, naming_options[i], len))
+      return 1;
+  return 0;
+}
+
+/* Append to out (holding *used bytes of len) the options of query that name
+ * the store, in their order: "?dbname=x&port=5433". */
+static void append_naming_options(const char *query, char *out, size_t len, size_t *used) {
+  char sep = '?';
+  while (*query) {
+    size_t opt_len = strcspn(query, "&"), name_len = strcspn(query, "=&");
+    if (name_len < opt_len && names_the_store(query, name_len) && *used < len) {
+      int w = snprintf(out + *used, len - *used, "%c%.*s", sep, (int)opt_len, query);
+      *used += w > 0 ? (size_t)w : 0;
+      sep = '&';
+    }
+    query += opt_len + (query[opt_len] == '&');
+  }
+}
+
 static void store_identity(const char *uri, char *out, size_t len) {
-  size_t n = strcspn(uri, "?");
+  size_t n = strcspn(uri, "?"), used;
   const char *scheme_end = strstr(uri, "://");
   if (!strncmp(uri, "lmdb:", 5)) {
     char path[4096], real[PATH_MAX];
     snprintf(path, sizeof path, "%.*s", (int)(n - 5), uri + 5);
     snprintf(out, len, "lmdb:%s", realpath(path, real) ? real : path);
-  } else if (scheme_end && (size_t)(scheme_end - uri) < n) {
+    return;
+  }
+  if (scheme_end && (size_t)(scheme_end - uri) < n) {
     const char *auth = scheme_end + 3;
     size_t auth_len = strcspn(auth, "/?");
     const char *at = memchr(auth, '@', auth_len);
@@ -134,6 +163,18 @@ static void store_identity(const char *uri, char *out, size_t len) {
   } else {
     snprintf(out, len, "%.*s", (int)n, uri);
   }
+  used = strlen(out);
+  if (uri[n] == '?')
+    append_naming_options(uri + n + 1, out, len, &used);
+}
+
+/* Entries written for other stores: they stay until a gateway on their own
+ * store starts on this directory, and their keys stay locked until their
+ * leases end meanwhile; a start that finds some says so. */
+static size_t count_others(gw_spool *sp, MDB_txn *txn) {
+  MDB_stat st;
+  size_t all = mdb_stat(txn, sp->dbi, &st) ? 0 : st.ms_entries, mine = atomic_load(&sp->depth);
+  return all > mine ? all - mine : 0;
 }
 
 int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *err,
@@ -157,8 +198,15 @@ int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *
     /* NOTLS: reads run on several loops and writes on the thread pool */
     if (!(rc = mdb_env_open(sp->env, dir, MDB_NOTLS, 0600)) &&
         !(rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn)) &&
-        !(rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi)))
+        !(rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi))) {
       set_depth(sp, count_entries(sp, txn));
+      size_t others = count_others(sp, txn);
+      if (others)
+        fprintf(stderr,
+                "idem serve: spool %s: %zu entries were written for another store (another "
+                "URI, database, prefix or path than %s) and wait for a gateway on it\n",
+                dir, others, id);
+    }
     if (txn)
       mdb_txn_abort(txn);
   }

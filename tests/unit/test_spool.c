@@ -229,8 +229,9 @@ static void test_reopen_and_other_store(void **state) {
   assert_int_equal(gw_spool_depth(f->sp), 1);
 }
 
-/* The identity ignores credentials and options: a restart with a larger
- * map_size or another pool= drains what the last run spooled. */
+/* The identity ignores credentials and the options that do not choose the
+ * records: a restart with a larger map_size or another pool= drains what the
+ * last run spooled; another database or prefix does not. */
 static void test_store_identity(void **state) {
   (void)state;
   char a[4200], b[4200];
@@ -242,6 +243,19 @@ static void test_store_identity(void **state) {
   assert_string_equal(a, b);
   store_identity("postgres://db2:5432/app", b, sizeof b);
   assert_string_not_equal(a, b);
+  /* the options that choose the records are kept, in their order */
+  store_identity("postgres://idem@db?dbname=app&pool=4&port=5433&password=x", a, sizeof a);
+  assert_string_equal(a, "postgres://db?dbname=app&port=5433");
+  store_identity("postgres://idem@db?dbname=app2&port=5433", b, sizeof b);
+  assert_string_not_equal(a, b);
+  store_identity("postgres:///app?host=/run/pg&options=-csearch_path%3Dx", a, sizeof a);
+  assert_string_equal(a, "postgres:///app?host=/run/pg&options=-csearch_path%3Dx");
+  store_identity("redis://cache:6380/2?timeout=5s&prefix=tenant-a", a, sizeof a);
+  store_identity("redis://cache:6380/2?prefix=tenant-b", b, sizeof b);
+  assert_string_equal(a, "redis://cache:6380/2?prefix=tenant-a");
+  assert_string_not_equal(a, b);
+  store_identity("redis://cache:6380/2?prefixes=x&xprefix=y&prefix", a, sizeof a);
+  assert_string_equal(a, "redis://cache:6380/2");
   store_identity("lmdb:/tmp/../tmp?map_size=2MiB", a, sizeof a);
   store_identity("lmdb:/tmp?map_size=64MiB", b, sizeof b);
   assert_string_equal(a, b);
