@@ -66,6 +66,8 @@ static void route(rcluster *cl, idem_req *req) {
   redis_rs_submit(n->rs, req);
 }
 
+static void close_now(rcluster *cl);
+
 /* A map has come: route what waited for it. */
 static void map_came(rcluster *cl) {
   idem_queue waiting;
@@ -73,6 +75,8 @@ static void map_came(rcluster *cl) {
   idem_queue_move(&cl->waiting, &waiting);
   while ((req = idem_req_of(idem_queue_pop(&waiting))))
     route(cl, req);
+  if (cl->close_asked)
+    close_now(cl);
 }
 
 /* No map came in time, or the store closes: fail what waited. */
@@ -82,6 +86,8 @@ static void wait_ended(rcluster *cl) {
   idem_queue_move(&cl->waiting, &waiting);
   while ((req = idem_req_of(idem_queue_pop(&waiting))))
     idem_req_fail(req, cl->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+  if (cl->close_asked && !cl->closing)
+    close_now(cl);
 }
 
 /* ---- what the nodes answer --------------------------------------------------- */
@@ -172,8 +178,22 @@ static void cluster_submit(idem_store *store, idem_req *req) {
   route(cl, req);
 }
 
+/* Reqs submitted before the first map still wait for it (at most
+ * connect_timeout), as a close lets what is in flight finish; reqs waiting
+ * for a later map fail, unrun. */
 static void cluster_close(idem_store *store) {
   rcluster *cl = store->impl;
+  if (!cl->have_map && !idem_queue_empty(&cl->waiting)) {
+    cl->close_asked = 1; /* map_came or wait_ended closes */
+    return;
+  }
+  close_now(cl);
+}
+
+static void close_now(rcluster *cl) {
+  if (cl->closing)
+    return;
+  cl->close_asked = 0;
   cl->closing = 1;
   uv_timer_stop(&cl->refresh_timer);
   wait_ended(cl);

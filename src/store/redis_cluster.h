@@ -43,6 +43,7 @@ struct rcluster {
   uint64_t opened_at;     /* uv_now: reqs wait for a map until connect_timeout */
   uint64_t refreshed_at;  /* uv_now of the last CLUSTER SLOTS sent */
   int closing;
+  int close_asked;        /* closing once the first map routes what waits */
   int timer_open;
   /* set by redis_cluster.c, so that the map's file reports back without
    * naming it: how nodes answer, and what to do with the waiting reqs when

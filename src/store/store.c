@@ -191,11 +191,13 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   return 0;
 }
 
+/* A shared cache closes first: its lookups in flight finish, and each miss
+ * is handed to the backend, which must still take it; then the backend. */
 static void on_cache_store_closed(idem_store *cache_store, void *arg) {
   idem_store *store = arg;
   (void)cache_store;
   store->cache_store = NULL;
-  finish_close_if_idle(store);
+  store->backend->close(store);
 }
 
 void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg) {
@@ -206,7 +208,8 @@ void idem_store_close(idem_store *store, idem_close_cb close_cb, void *arg) {
   store->close_arg = arg;
   if (store->cache_store)
     idem_store_close(store->cache_store, on_cache_store_closed, store);
-  store->backend->close(store);
+  else
+    store->backend->close(store);
 }
 
 const char *idem_store_scheme(const idem_store *store) { return store->backend->scheme; }

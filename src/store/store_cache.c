@@ -83,9 +83,7 @@ static void on_shared_get(idem_store *cache_store, const idem_result *res, void 
   idem_cache_count(store->cache, hit);
   if (hit)
     idem_req_finish(req);
-  else if (store->closing) /* the backend is closing: too late to hand it req */
-    idem_req_fail(req, IDEM_ECLOSED);
-  else
+  else /* even while closing: the backend closes after the cache (store.c) */
     store->backend->submit(store, req);
 }
 

@@ -780,6 +780,32 @@ static void many_keys_in_flight_all_claim_and_complete(void **state) {
   assert_int_equal(completes.failed, 0);
 }
 
+/* A close lets every claim already submitted finish, those that wait on a
+ * shared cache's lookup too (they go on to the store after it). */
+static void claims_in_flight_at_close_are_answered(void **state) {
+  (void)state;
+  enum { N = 50 };
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  assert_int_equal(idem_store_open_cached(&loop, store_uri, cache_uri, &store, NULL), 0);
+  char keys[N][64];
+  counter claims = {0};
+  for (int i = 0; i < N; i++) {
+    snprintf(keys[i], sizeof keys[i], "%.40s-closing-%d", run_id, i);
+    idem_op op = claim_op("", keys[i], "a", 60000);
+    assert_int_equal(idem_store_submit(store, &op, count_done, &claims), 0);
+  }
+  int closed = 0;
+  idem_store_close(store, on_closed, &closed);
+  while (!closed)
+    uv_run(&loop, UV_RUN_ONCE);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  assert_int_equal(claims.done, N);
+  assert_int_equal(claims.failed, 0);
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static int open_db(void **state) {
@@ -835,6 +861,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(concurrent_claims_on_one_loop_give_one_claim),
       cmocka_unit_test(concurrent_claims_from_threads_give_one_claim),
       cmocka_unit_test(many_keys_in_flight_all_claim_and_complete),
+      cmocka_unit_test(claims_in_flight_at_close_are_answered),
   };
   char name[256];
   snprintf(name, sizeof name, "contract %s%s%s", store_uri, cache_uri ? " cache " : "",
