@@ -93,6 +93,9 @@ struct lmdb_env {
   int log_fd;
   _Atomic int mode;   /* LMDB_DIRECT, _OWNER or _GUEST */
   int log_broken;     /* a write or flush failed: direct from then on */
+  uint64_t skip_seq;  /* the seq of that batch: it may be in the file, never
+                         acknowledged, and must never be replayed over what
+                         the direct commits after it write (apply_batch) */
   uint64_t log_off;   /* where the next batch goes (writer) */
   uint64_t log_size;  /* bytes of the file written (zeros ahead included) */
   uint64_t last_seq;  /* of the last batch flushed (writer) */

@@ -241,6 +241,7 @@ void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
     if (err) {
       lmdb_overlay_unstage(&e->ov, e->staged, nstaged);
       e->log_broken = 1; /* what the file holds is unknown now: go direct */
+      e->skip_seq = seq;
       lmdb_finish_all(e, reqs, n, err);
       return;
     }

@@ -231,6 +231,21 @@ static int apply_one(lmdb_env *e, MDB_txn *txn, idem_req *req, int64_t now) {
   return mdb_put(txn, e->records, &k, &nv, 0);
 }
 
+/* After a failed log append, the refused batch may sit whole in the file
+ * with the seq after LMDB's logseq: a replay (the next start, or a process
+ * taking the log over) would lay it over what direct commits wrote since.
+ * So the first of them moves logseq past it, in the same commit. LMDB holds
+ * every batch before it by then (run_batch syncs the checkpointer first). */
+static int pass_skipped_batch(lmdb_env *e, MDB_txn *txn) {
+  uint64_t have;
+  if (!e->skip_seq)
+    return 0;
+  int rc = lmdb_logseq_get(e, txn, &have);
+  if (rc == 0 && have < e->skip_seq)
+    rc = lmdb_logseq_put(e, txn, e->skip_seq);
+  return rc;
+}
+
 /* One durable transaction for reqs[0..n); finishes every req. */
 static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
   memset(e->refused, 0, n);
@@ -256,6 +271,8 @@ static void apply_batch(lmdb_env *e, idem_req **reqs, size_t n) {
         idem_req_fail(reqs[i], lmdb_error(e, rc));
         continue;
       }
+      if (rc == 0)
+        rc = pass_skipped_batch(e, txn);
       if (rc == 0) {
         int64_t t1 = lmdb_mono_us();
         atomic_fetch_add(&e->apply_us, (uint64_t)(t1 - t0));

@@ -6,6 +6,7 @@
  * processes sharing one log.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <pthread.h>
@@ -390,6 +391,63 @@ int fstat(int fd, struct stat *st) {
       strcmp(name, "idem-lmdb-write") == 0)
     atomic_fetch_add(&writer_fstats, 1);
   return real(fd, st);
+}
+
+/* A disk that fails one flush of idem.log: this binary interposes
+ * fdatasync, and fails the next one on the log once log_flush_fails is set. */
+static atomic_int log_flush_fails;
+
+static int is_the_log(int fd) {
+  char link[64], target[512];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0)
+    return 0;
+  target[n] = '\0';
+  return n >= 9 && strcmp(target + n - 9, "/idem.log") == 0;
+}
+
+int fdatasync(int fd) {
+  static int (*real)(int);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "fdatasync");
+  if (atomic_load(&log_flush_fails) && is_the_log(fd) && atomic_exchange(&log_flush_fails, 0)) {
+    errno = EIO;
+    return -1;
+  }
+  return real(fd);
+}
+
+/* The batch whose flush failed was written whole, and was refused: the
+ * writer goes on in direct commits. A later open (or a process taking the
+ * log over) must not lay that batch over what the direct commits wrote. */
+static void a_refused_batch_is_never_replayed(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  assert_int_equal(put_completed(s, "before", "b", 1, TTL_LONG_MS), 0);
+  idem_op claim = claim_op(NULL, "k", TTL_LONG_MS);
+  idem_result res;
+  atomic_store(&log_flush_fails, 1);
+  assert_int_equal(idem_sync_run(s, &claim, &res), IDEM_ESTORE); /* refused: not run */
+  assert_int_equal(atomic_load(&log_flush_fails), 0);
+  idem_result_clear(&res);
+  assert_int_equal(put_completed(s, "k", "done", 4, TTL_LONG_MS), 0); /* direct now */
+  idem_sync_close(s);
+  for (int round = 0; round < 2; round++) { /* the open replays; then a plain reopen */
+    assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+    const char *keys[] = {"k", "before"};
+    for (int i = 0; i < 2; i++) {
+      idem_op again = claim_op(NULL, keys[i], TTL_LONG_MS);
+      assert_int_equal(idem_sync_run(s, &again, &res), 0);
+      assert_int_equal(res.outcome, IDEM_REPLAY);
+      assert_int_equal(res.fence, 1);
+      idem_result_clear(&res);
+    }
+    idem_sync_close(s);
+  }
 }
 
 static void zeroed_space_ahead_without_a_stat_per_commit(void **state) {
@@ -1071,6 +1129,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(foreign_files_are_not_stores),
       cmocka_unit_test(an_unfinished_creation_is_no_store),
       cmocka_unit_test(records_survive_a_reopen),
+      cmocka_unit_test(a_refused_batch_is_never_replayed),
       cmocka_unit_test(concurrent_writes_share_commits),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
