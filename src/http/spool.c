@@ -354,6 +354,7 @@ typedef struct {
   spool_entry e;
   char scope[IDEM_SCOPE_MAX + 1], name[IDEM_KEY_MAX + 1];
   gw_buf marker_headers, marker_body; /* a complete the store found too big */
+  uint64_t reclaimed; /* the fence of a claim made to keep it (on_reclaimed) */
 } drain_item;
 
 static void item_finish(drain_item *it, int drained) {
@@ -398,9 +399,51 @@ static void item_remove(drain_item *it) {
 
 static void item_submit(drain_item *it);
 
+/* A lease long enough for the complete that follows the claim at once. */
+#define RECLAIM_LEASE_MS 60000
+
+/* A complete refused as stale: the store has this answer already, or another
+ * request took the key, or the record's retention ended while the store was
+ * away (an outage longer than --ttl, or twice --lock-ttl) and the key is
+ * free. Claimed again with the answer's fingerprint: in the last case the
+ * answer is kept under the new fence, so no retry runs the request again. */
+static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
+  drain_item *it = arg;
+  (void)st;
+  if (res->err) {
+    item_finish(it, 0); /* the next round tries again */
+    return;
+  }
+  if (res->outcome == IDEM_CLAIMED) {
+    it->reclaimed = res->fence;
+    item_submit(it);
+    return;
+  }
+  if (res->outcome != IDEM_REPLAY)
+    fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): another request holds the key "
+                    "now; entry dropped\n",
+            it->name, (unsigned long long)it->e.rec.fence);
+  item_remove(it);
+}
+
+static void item_reclaim(drain_item *it) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = it->scope, .key = it->name,
+                .lease_ms = RECLAIM_LEASE_MS, .ttl_ms = it->e.ttl_ms};
+  memcpy(op.fingerprint, it->e.rec.fingerprint, IDEM_FINGERPRINT_LEN);
+  int rc = idem_store_submit(it->round->store, &op, on_reclaimed, it);
+  if (rc) {
+    idem_result res = {.err = rc};
+    on_reclaimed(it->round->store, &res, it);
+  }
+}
+
 static void on_drained(idem_store *st, const idem_result *res, void *arg) {
   drain_item *it = arg;
   (void)st;
+  if (res->err == IDEM_ESTALE && it->e.kind == IDEM_OP_COMPLETE && !it->reclaimed) {
+    item_reclaim(it);
+    return;
+  }
   switch (res->err) {
   case 0:
     item_remove(it);
@@ -436,7 +479,7 @@ static void item_submit(drain_item *it) {
   op.kind = it->e.kind;
   op.scope = it->scope;
   op.key = it->name;
-  op.fence = it->e.rec.fence;
+  op.fence = it->reclaimed ? it->reclaimed : it->e.rec.fence;
   op.ttl_ms = it->e.ttl_ms;
   op.response = it->e.rec.response;
   int rc = idem_store_submit(it->round->store, &op, on_drained, it);

@@ -179,6 +179,36 @@ static void test_stale_entry_is_dropped(void **state) {
   idem_result_clear(&res);
 }
 
+/* The store stayed away past the record's retention: the record is gone and
+ * the complete is stale, but the key is free, so the answer is kept under a
+ * new claim instead of dropped (a retry would run the request again). */
+static void test_answer_outliving_its_record_is_kept(void **state) {
+  fixture *f = *state;
+  idem_result res = run(f, (idem_op){.kind = IDEM_OP_CLAIM, .key = "k", .lease_ms = 20,
+                                     .ttl_ms = 10});
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  uint64_t fence = res.fence;
+  idem_result_clear(&res);
+  assert_int_equal(put(f, IDEM_OP_COMPLETE, "k", fence, "kept", 0), 0);
+  for (int i = 0; i < 1000; i++) { /* its retention: one lease past the lease */
+    res = run(f, (idem_op){.kind = IDEM_OP_GET, .key = "k"});
+    int gone = res.err == IDEM_ENOTFOUND;
+    idem_result_clear(&res);
+    if (gone)
+      break;
+    usleep(10 * 1000);
+  }
+  assert_int_equal(drain(f, f->store), 0);
+  assert_int_equal(gw_spool_depth(f->sp), 0);
+  res = run(f, (idem_op){.kind = IDEM_OP_GET, .key = "k"});
+  assert_int_equal(res.err, 0);
+  assert_int_equal(res.record->state, IDEM_STATE_COMPLETED);
+  assert_int_equal(res.fence, fence + 1);
+  assert_int_equal(res.record->response.body_len, 4);
+  assert_memory_equal(res.record->response.body, "kept", 4);
+  idem_result_clear(&res);
+}
+
 static void test_no_store_keeps_entries(void **state) {
   fixture *f = *state;
   assert_int_equal(put(f, IDEM_OP_COMPLETE, "k", 1, "x", 1), 0);
@@ -299,6 +329,8 @@ UNIT_TESTS(cmocka_unit_test_setup_teardown(test_put_then_find, setup, teardown),
            cmocka_unit_test_setup_teardown(test_release_is_not_replayed, setup, teardown),
            cmocka_unit_test_setup_teardown(test_drain_completes_and_releases, setup, teardown),
            cmocka_unit_test_setup_teardown(test_stale_entry_is_dropped, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_answer_outliving_its_record_is_kept, setup,
+                                           teardown),
            cmocka_unit_test_setup_teardown(test_no_store_keeps_entries, setup, teardown),
            cmocka_unit_test_setup_teardown(test_newer_put_replaces, setup, teardown),
            cmocka_unit_test_setup_teardown(test_remove_only_same_fence, setup, teardown),
