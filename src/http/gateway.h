@@ -98,6 +98,7 @@ typedef struct {
   int status;
   const gw_buf *headers, *body;
   int is_marker;
+  int reclaimed; /* a stale complete claimed the key again (keep.c) */
   void (*kept)(struct gw_exchange *ex, int ok);
   void (*released)(struct gw_exchange *ex);
   int after_release; /* engine.c: what to answer once the release is done */

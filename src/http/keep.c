@@ -101,6 +101,45 @@ static int keep_marker(gw_exchange *ex) {
   return 0;
 }
 
+/* A complete refused as stale: the lease ended while the upstream ran, and
+ * then another request took the key over, or the record's retention ended.
+ * The key is claimed again with this request's fingerprint: if it is free
+ * (that request released it, or its lease ended too), this answer is kept
+ * under the new fence, and the upstream is not called again. Otherwise the
+ * answer kept is the other run's (or will be): this client must not get
+ * one that nobody kept, so it gets 503 answer-not-kept, and its retry the
+ * kept answer. */
+static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
+  gw_exchange *ex = arg;
+  (void)st;
+  if (!res->err && res->outcome == IDEM_CLAIMED) {
+    gw_metrics_leases(1);
+    ex->idem.fence = res->fence;
+    ex->idem.lease_end_ns = uv_hrtime() + (uint64_t)ex->route->policy.lock_ttl_ms * 1000000u;
+    keep_submit(ex);
+    return;
+  }
+  fprintf(stderr, "idem serve: the answer of key '%s' came after its lease was taken over "
+                  "(%s); the answer kept is another run's: 503\n",
+          ex->idem.key, res->err ? idem_strerror(res->err) : "the key is held");
+  ex->keep.kept(ex, 0);
+}
+
+static void reclaim(gw_exchange *ex) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = ex->idem.scope, .key = ex->idem.key,
+                .lease_ms = ex->route->policy.lock_ttl_ms, .ttl_ms = ex->route->policy.ttl_ms};
+  memcpy(op.fingerprint, ex->idem.fp, IDEM_FINGERPRINT_LEN);
+  ex->keep.reclaimed = 1;
+  ex->op_started_ns = uv_hrtime();
+  idem_store *st = ex->w->store;
+  int rc = st ? idem_store_submit(st, &op, on_reclaimed, ex) : IDEM_ESTORE;
+  if (rc) {
+    idem_result res = {0};
+    res.err = rc;
+    on_reclaimed(st, &res, ex);
+  }
+}
+
 static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   gw_exchange *ex = arg;
   (void)st;
@@ -113,9 +152,12 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   gw_metrics_complete_failed();
   fprintf(stderr, "idem serve: storing the answer of key '%s' (fence %" PRIu64 ") failed: %s\n",
           ex->idem.key, ex->idem.fence, idem_strerror(res->err));
-  if (res->err == IDEM_ESTALE) { /* the lease was taken over: the other answer is kept */
+  if (res->err == IDEM_ESTALE) { /* the lease is lost: not this run's key any more */
     gw_metrics_leases(-1);
-    ex->keep.kept(ex, 1);
+    if (ex->keep.reclaimed)
+      ex->keep.kept(ex, 0);
+    else
+      reclaim(ex);
     return;
   }
   if (res->err == IDEM_EFULL && !ex->keep.is_marker && !keep_marker(ex))

@@ -4,7 +4,9 @@ immediate retry is 409 and one after --lock-ttl takes over with fence 2."""
 
 import time
 
-from harness import GatewayTestCase, Upstream, free_port, main, wait_for
+import json
+
+from harness import GatewayTestCase, Upstream, free_port, main, request_in_background, wait_for
 
 
 class UpstreamFailures(GatewayTestCase):
@@ -51,6 +53,50 @@ class UpstreamFailures(GatewayTestCase):
         r2 = gw.request("POST", "/hang", body=b"x", key="hang")
         self.assertTrue(r2.replayed, r2)
         self.assertEqual(r2.body, r.body)
+
+    def slow_first_then_takeover(self, second_headers):
+        """A keyed request whose upstream answers after its lease (--lock-ttl
+        1s, the upstream 3 s), and a retry that takes the key over meanwhile
+        with second_headers: (the first's response, the takeover's)."""
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--lock-ttl", "1s", "--upstream-timeout", "6s")
+        t, first = request_in_background(gw, "POST", "/late", body=b"x", key="late",
+                                         headers={"X-Test-Delay-Ms": "3000"})
+        wait_for(lambda: up.count("late") >= 1, 10, what="the first request upstream")
+
+        def taken_over():
+            r = gw.request("POST", "/late", body=b"x", key="late", headers=second_headers)
+            return r if r.status != 409 else None
+        second = wait_for(taken_over, 20, 0.1, "the takeover after --lock-ttl 1s")
+        t.join(20)
+        self.assertNotIn("err", first)
+        self.assertEqual(up.fences("late"), ["1", "2"])
+        return up, gw, first["r"], second
+
+    def test_answer_after_a_takeover_is_not_handed_out(self):
+        # the takeover's answer is the one kept: the first client must not
+        # get its own (never kept) answer, and a retry gets the kept one
+        up, gw, first, second = self.slow_first_then_takeover({})
+        self.assertEqual(second.status, 200, second)
+        self.assertProblem(first, 503, self.gw_log())
+        self.assertEqual(first.json()["type"], "urn:idem:problem:answer-not-kept")
+        r = gw.request("POST", "/late", body=b"x", key="late")
+        self.assertTrue(r.replayed, r)
+        self.assertEqual(r.body, second.body)
+        self.assertEqual(json.loads(r.body)["fence"], "2")
+        self.assertEqual(up.count("late"), 2)
+
+    def test_answer_after_a_released_takeover_is_kept(self):
+        # the takeover failed (503: released), so the key is free when the
+        # first answer comes: it is kept under a new claim and handed out
+        up, gw, first, second = self.slow_first_then_takeover({"X-Test-Status": "503"})
+        self.assertEqual(second.status, 503, second)
+        self.assertEqual(first.status, 200, "%r\n%s" % (first, self.gw_log()))
+        self.assertEqual(json.loads(first.body)["fence"], "1")
+        r = gw.request("POST", "/late", body=b"x", key="late")
+        self.assertTrue(r.replayed, r)
+        self.assertEqual(r.body, first.body)
+        self.assertEqual(up.count("late"), 2)
 
     def test_upstream_timeout_on_a_pooled_connection(self):
         # One loop, so the hanging request goes out on the connection the
