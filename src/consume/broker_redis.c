@@ -6,7 +6,8 @@
  * A consumer group (created at the stream's start with MKSTREAM when
  * missing, so entries already there are consumed). Two connections: one
  * blocks in XREADGROUP (COUNT bounded by the flow's free concurrency, BLOCK
- * 1s), the other carries the rest, so that acks never wait behind a read.
+ * one reclaim tick), the other carries the rest, so that acks never wait
+ * behind a read.
  *
  * Every entry read stays in the group's pending list (PEL) until it is
  * settled:
@@ -24,7 +25,12 @@
  *          neither, and neither for an entry no longer pending.
  * Reclaim: every lock-ttl/10 (50 ms to 1 s), XAUTOCLAIM takes over entries
  * idle longer than --lock-ttl (a dead consumer's, or postponed ones), and
- * XPENDING tells their delivery counts.
+ * XPENDING tells their delivery counts. The read and the reclaim share the
+ * free window, never asking for more than it together: a reclaim that is
+ * due and finds the window held by a blocking read runs when the read
+ * returns (within a tick), before the next read, and asks for all that is
+ * free; one that came back full is due again at once, so a dead consumer's
+ * backlog is taken over as fast as the window frees, not a page a tick.
  *
  * Either connection lost: both go, and come back with backoff (100 ms to
  * 2 s); the host name is looked up again each time, off the loop. Settles
@@ -43,7 +49,6 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
-#define READ_BLOCK_MS "1000"
 
 typedef struct rbroker rbroker;
 
@@ -66,14 +71,18 @@ struct rbroker {
   uv_timer_t backoff_timer, claim_timer, fail_timer;
   int timers_open;
   int64_t backoff_ms;
+  char block_ms[24]; /* the read's BLOCK: one reclaim tick */
   unsigned free_slots;
-  /* asked of Redis by the read and by the takeover in flight: the read
-   * asks for what the takeover left, the takeover for what the read left
-   * but at least one (a blocking read is out nearly all the time: a
-   * takeover that waited for it to leave room would never run), so the two
-   * bring at most one message more than the window */
+  /* asked of Redis by the read and by the takeover in flight: each asks
+   * for what the other left, so the two never bring more than the window */
   unsigned read_asked, claim_asked;
   int reading, claiming;
+  /* A takeover is due after a tick, or at once after one that filled its
+   * page (more may be waiting). The turn goes to the takeover when a read
+   * is sent and to the read when a takeover is: a blocking read holds the
+   * window nearly all the time, and a busy stream would take every slot
+   * that frees, so whoever went last lets the other go first. */
+  int claim_due, claim_turn;
   char cursor[64];
   rmsg *failq;
   size_t outstanding; /* delivered, not yet settled */
@@ -298,7 +307,7 @@ static void r_keep(cs_broker *base, cs_msg *msg) {
 
 /* ---- reading new entries ---- */
 
-static void kick_read(rbroker *b);
+static void kick(rbroker *b);
 
 /* Deliver the entries of one stream's reply: [[stream, [entry, ...]]]. */
 static void deliver_read(rbroker *b, const redisReply *r) {
@@ -335,7 +344,7 @@ static void on_read(redisAsyncContext *ac, void *reply, void *priv) {
     return;
   }
   deliver_read(b, r);
-  kick_read(b);
+  kick(b);
   maybe_done(b);
 }
 
@@ -346,10 +355,11 @@ static void kick_read(rbroker *b) {
   char count[16];
   snprintf(count, sizeof count, "%u", avail);
   const char *argv[] = {"XREADGROUP", "GROUP", b->group, b->consumer, "COUNT", count,
-                        "BLOCK", READ_BLOCK_MS, "STREAMS", b->stream, ">"};
+                        "BLOCK", b->block_ms, "STREAMS", b->stream, ">"};
   if (!rconn_send(b->rd, 11, argv, NULL, on_read, b)) {
     b->reading = 1;
     b->read_asked = avail;
+    b->claim_turn = 1;
   }
 }
 
@@ -357,6 +367,7 @@ static void kick_read(rbroker *b) {
 
 typedef struct {
   rbroker *b;
+  int full; /* XAUTOCLAIM gave as many entries as it was asked for */
   size_t n;
   rmsg *v[];
 } claim_batch;
@@ -368,16 +379,26 @@ static void batch_free(claim_batch *cb) {
   free(cb);
 }
 
+/* The takeover in flight is over; full: its page came back full, so more
+ * idle entries may be waiting: it is due again, not at the next tick. */
+static void claim_done(rbroker *b, int full) {
+  b->claiming = 0;
+  b->claim_asked = 0;
+  if (full)
+    b->claim_due = 1;
+  kick(b);
+  maybe_done(b);
+}
+
 /* XPENDING's reply: [[id, consumer, idle, deliveries], ...]. */
 static void on_counts(redisAsyncContext *ac, void *reply, void *priv) {
   claim_batch *cb = priv;
   rbroker *b = cb->b;
   redisReply *r = reply;
   (void)ac;
-  b->claiming = b->claim_asked = 0;
   if (!r || r->type != REDIS_REPLY_ARRAY) {
     batch_free(cb); /* still pending: taken over again later */
-    maybe_done(b);
+    claim_done(b, 0);
     return;
   }
   for (size_t i = 0; i < cb->n; i++) {
@@ -394,16 +415,17 @@ static void on_counts(redisAsyncContext *ac, void *reply, void *priv) {
     cb->v[i] = NULL;
     deliver(b, m, count);
   }
+  int full = cb->full;
   free(cb);
-  maybe_done(b);
+  claim_done(b, full);
 }
 
 static void ask_counts(rbroker *b, claim_batch *cb) {
   const char *argv[] = {"XPENDING", b->stream, b->group, cb->v[0]->m.id, cb->v[cb->n - 1]->m.id,
                         "100000", b->consumer};
   if (rconn_send(b->wr, 7, argv, NULL, on_counts, cb)) {
-    b->claiming = b->claim_asked = 0;
     batch_free(cb);
+    claim_done(b, 0);
   }
 }
 
@@ -416,8 +438,7 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
       r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
     if (r && r->type == REDIS_REPLY_ERROR)
       fprintf(stderr, "idem consume: XAUTOCLAIM refused: %.200s\n", r->str);
-    b->claiming = b->claim_asked = 0;
-    maybe_done(b);
+    claim_done(b, 0);
     return;
   }
   snprintf(b->cursor, sizeof b->cursor, "%s", r->element[0]->str);
@@ -425,24 +446,25 @@ static void on_autoclaim(redisAsyncContext *ac, void *reply, void *priv) {
   claim_batch *cb = calloc(1, sizeof *cb + entries->elements * sizeof cb->v[0]);
   if (cb) {
     cb->b = b;
+    cb->full = entries->elements >= b->claim_asked;
     for (size_t i = 0; i < entries->elements; i++)
       if ((cb->v[cb->n] = entry_msg(b, entries->element[i])))
         cb->n++;
   }
   if (!cb || !cb->n) {
+    int full = cb && cb->full; /* all deleted ones: more may follow */
     free(cb);
-    b->claiming = b->claim_asked = 0;
-    maybe_done(b);
+    claim_done(b, full);
     return;
   }
   ask_counts(b, cb);
 }
 
-static void on_claim_timer(uv_timer_t *t) {
-  rbroker *b = t->data;
-  unsigned avail = b->free_slots > b->read_asked ? b->free_slots - b->read_asked
-                                                 : b->free_slots ? 1 : 0;
-  if (!b->up || b->claiming || b->base.closing || !avail)
+/* A takeover that is due asks for what the read left; with nothing left
+ * it stays due, for the read's return or the next credit. */
+static void kick_claim(rbroker *b) {
+  unsigned avail = b->free_slots > b->read_asked ? b->free_slots - b->read_asked : 0;
+  if (!b->up || !b->claim_due || b->claiming || b->base.closing || !avail)
     return;
   char idle[24], count[16];
   snprintf(idle, sizeof idle, "%lld", (long long)b->base.o.lock_ttl_ms);
@@ -452,6 +474,24 @@ static void on_claim_timer(uv_timer_t *t) {
   if (!rconn_send(b->wr, 8, argv, NULL, on_autoclaim, b)) {
     b->claiming = 1;
     b->claim_asked = avail;
+    b->claim_due = b->claim_turn = 0;
+  }
+}
+
+static void on_claim_timer(uv_timer_t *t) {
+  rbroker *b = t->data;
+  b->claim_due = 1;
+  kick_claim(b);
+}
+
+/* Hand the free window out, first to whichever did not go last. */
+static void kick(rbroker *b) {
+  if (b->claim_turn) {
+    kick_claim(b);
+    kick_read(b);
+  } else {
+    kick_read(b);
+    kick_claim(b);
   }
 }
 
@@ -497,7 +537,7 @@ static void became_ready(rbroker *b) {
     b->last_err[0] = 0;
   }
   set_up(b, 1);
-  kick_read(b);
+  kick(b);
 }
 
 static void on_group(redisAsyncContext *ac, void *reply, void *priv) {
@@ -577,7 +617,7 @@ static void conn_start(rbroker *b) {
 static void r_credit(cs_broker *base, unsigned n) {
   rbroker *b = (rbroker *)base;
   b->free_slots = n;
-  kick_read(b);
+  kick(b);
 }
 
 static int r_start(cs_broker *base, char **why) {
@@ -604,6 +644,7 @@ static int r_start(cs_broker *base, char **why) {
   b->timers_open = 3;
   int64_t every = o->lock_ttl_ms / 10;
   every = every < 50 ? 50 : every > 1000 ? 1000 : every;
+  snprintf(b->block_ms, sizeof b->block_ms, "%lld", (long long)every);
   uv_timer_start(&b->claim_timer, on_claim_timer, (uint64_t)every, (uint64_t)every);
   conn_start(b);
   return 0;

@@ -2,12 +2,14 @@
 redis-server (redis_server.py) and a Python handler that counts executions
 per key (consume_harness.py): every row of the outcome table
 (consume_cases.OutcomeTests), dead letters, SIGTERM, key sources, bad
-flags, and the record space shared with serve.
+flags, the record space shared with serve, and a dead consumer's entries
+taken over at the speed of the window.
 """
 
 import hashlib
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -97,6 +99,37 @@ class Outcomes(ConsumeCase, OutcomeTests):
         dead = self.r.entries(STREAM + ":dead")
         self.assertEqual(len(dead), 1)
         self.assertEqual(dead[0][1]["idem-id"].decode(), self.r.entries(STREAM)[0][0])
+
+
+class Takeover(ConsumeCase):
+    def test_a_dead_consumers_entries_are_taken_over_a_window_at_a_time(self):
+        # a consumer read 100 entries and died: an idle consumer takes them
+        # over with XAUTOCLAIM while its blocking XREADGROUP holds the whole
+        # window. One entry a tick (500 ms at --lock-ttl 5s) would take 50 s;
+        # a window at a time, about --lock-ttl. Never more than the window
+        # (4 + 4) in flight, the takeover's share included.
+        keys = ["to-%d" % i for i in range(100)]
+        for k in keys:
+            self.h.delay[k] = 0.01
+        self.publish([{"message_id": k, "body": "x"} for k in keys])
+        self.r.command("XGROUP", "CREATE", STREAM, GROUP, "0")
+        self.r.command("XREADGROUP", "GROUP", GROUP, "dead", "COUNT", "100", "STREAMS", STREAM, ">")
+        self.assertEqual(self.pending(), 100)
+        c = self.consumer("--lock-ttl", "5s", "--handler-timeout", "2s", "--concurrency", "4",
+                          "--prefetch", "4", admin=True)
+        seen = []
+        deadline = time.monotonic() + 25  # generous: twice as fast as a page a tick suffices
+        while sum(self.h.successes(k) for k in keys) < len(keys):
+            self.assertLess(time.monotonic(), deadline, "%d of 100 taken over in 25 s: %s" % (
+                sum(self.h.successes(k) for k in keys), c.stderr()[-2000:]))
+            seen.append(c.metric("idem_messages_in_flight"))
+            time.sleep(0.01)  # a sampling interval, not a wait for a condition
+        self.wait_settled()
+        self.assertLessEqual(max(seen), 8, "window 4 + 4, in flight up to %d" % max(seen))
+        for k in keys:
+            self.assertEqual(self.h.successes(k), 1, k)
+            self.assertEqual(self.h.attempts(k)[0]["headers"]["X-Idem-Deliveries"], "2", k)
+        self.assertEqual(self.dead_letters(), [])
 
 
 class Keys(ConsumeCase):
