@@ -47,7 +47,9 @@ typedef struct cs_job {
   uint64_t kept_at;   /* uv_now() ms when the broker last heard it stays here */
   int settling;       /* ack, later or dead asked of the broker */
   int reclaimed;      /* its answer came back stale once and it claimed again */
-  unsigned store_tries;
+  unsigned store_tries; /* store failures in a row, for the backoff */
+  uint64_t claim_sent;  /* uv_now() ms of the last claim's submit */
+  int lease_renewed;    /* claimed again for a lease long enough to run on */
   gw_buf head;
   uv_buf_t bufs[2];
   upstream_response up;
@@ -195,6 +197,29 @@ static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
  * broker hears that it stays here once it has been held for half the
  * broker's takeover time (--lock-ttl). A claimed message needs nothing:
  * the broker's takeover comes with the end of its lease. */
+/* When j's lease ends, by this consumer's clock: the lease counts from the
+ * store's receipt of the claim, which is after its submit. */
+static uint64_t lease_end_of(const cs_job *j) {
+  return j->claim_sent + (uint64_t)j->f->cfg->lock_ttl_ms;
+}
+
+/* The broker hears that j stays here: its takeover clock (Redis idle time,
+ * NATS AckWait) starts again now. */
+static void keep_at_broker(cs_job *j) {
+  j->f->broker->vt->keep(j->f->broker, j->m);
+  j->kept_at = uv_now(&j->f->loop);
+}
+
+/* A lease that starts well after the broker's takeover clock did (the
+ * message was held without one: the store away, parked behind a duplicate,
+ * waiting for its lease to end) would end after the broker hands the
+ * message out again: a new delivery beside a valid lease, counted against
+ * --max-deliveries. So a claim that long after the last keep keeps it too. */
+static void align_takeover_clock(cs_job *j) {
+  if (j->claim_sent > j->kept_at + (uint64_t)j->f->cfg->lock_ttl_ms / 10 && !j->settling)
+    keep_at_broker(j);
+}
+
 void cs_flow_keep_held(cs_flow *f) {
   uint64_t now = uv_now(&f->loop), due = (uint64_t)f->cfg->lock_ttl_ms / 2;
   idem_queue *node;
@@ -204,8 +229,7 @@ void cs_flow_keep_held(cs_flow *f) {
      * is checked before its handler runs (start_handlers) */
     if ((j->fence && idem_queue_empty(&j->queued)) || j->settling || now - j->kept_at < due)
       continue;
-    f->broker->vt->keep(f->broker, j->m);
-    j->kept_at = now;
+    keep_at_broker(j);
   }
 }
 
@@ -348,7 +372,8 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   note_store(f, 0);
   if (res->outcome == IDEM_CLAIMED) {
     j->fence = res->fence;
-    j->lease_end = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
+    j->lease_end = lease_end_of(j);
+    j->store_tries = 0;
     keep(j);
     return;
   }
@@ -501,16 +526,20 @@ static void call_handler(cs_job *j) {
 /* ---- the handler's slots ---- */
 
 /* Whether j waited so long for a slot that too little of its lease is left
- * for its handler: less than --handler-timeout, or than half the lease.
- * Called with that lease over, the handler could run beside a takeover
- * (another delivery of the key claims it once the lease ends). */
+ * for its handler: less than --handler-timeout, so that a handler within
+ * its timeout ends within the lease; with a --handler-timeout that is not
+ * below --lock-ttl (no lease could promise it), or once j has claimed
+ * again for this reason (no second round for a timeout a fresh lease only
+ * just covers), less than half the lease. Run on a lease that ends first,
+ * the handler could run beside a takeover (another delivery of the key
+ * claims it once the lease ends). */
 static int lease_too_short(const cs_job *j) {
   const cs_config *cfg = j->f->cfg;
   if (!j->fence || j->bypass)
     return 0;
-  uint64_t need = (uint64_t)(cfg->handler_timeout_ms < cfg->lock_ttl_ms / 2
-                                 ? cfg->handler_timeout_ms
-                                 : cfg->lock_ttl_ms / 2);
+  uint64_t need = (uint64_t)cfg->handler_timeout_ms;
+  if (cfg->handler_timeout_ms >= cfg->lock_ttl_ms || j->lease_renewed)
+    need = need < (uint64_t)cfg->lock_ttl_ms / 2 ? need : (uint64_t)cfg->lock_ttl_ms / 2;
   return uv_now(&j->f->loop) + need > j->lease_end;
 }
 
@@ -521,7 +550,8 @@ static int lease_too_short(const cs_job *j) {
 static void claim_after_lease(cs_job *j) {
   uint64_t now = uv_now(&j->f->loop);
   j->fence = 0;
-  j->kept_at = now;
+  j->lease_renewed = 1;
+  keep_at_broker(j); /* its takeover clock must not run out first */
   hold(j, j->lease_end > now ? (int64_t)(j->lease_end - now) + 1 : 0, claim);
 }
 
@@ -604,7 +634,9 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
   switch (res->outcome) {
   case IDEM_CLAIMED:
     j->fence = res->fence;
-    j->lease_end = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
+    j->lease_end = lease_end_of(j);
+    j->store_tries = 0; /* the store answers: a later failure backs off afresh */
+    align_takeover_clock(j);
     if (j->m->deliveries > (unsigned)f->cfg->max_deliveries) {
       char reason[200];
       snprintf(reason, sizeof reason, "delivered %u times, more than --max-deliveries %d, with no "
@@ -643,6 +675,7 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
 static void claim_then(cs_job *j, idem_cb cb) {
   idem_op op = {.kind = IDEM_OP_CLAIM, .lease_ms = j->f->cfg->lock_ttl_ms,
                 .ttl_ms = j->f->cfg->ttl_ms};
+  j->claim_sent = uv_now(&j->f->loop);
   memcpy(op.fingerprint, j->fp, sizeof j->fp);
   submit(j, &op, cb);
 }

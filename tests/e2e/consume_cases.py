@@ -236,6 +236,22 @@ class OutcomeTests:
         self.assertEqual([a["status"] for a in self.h.attempts("k1")], [503, 200])
         self.assertEqual(self.dead_letters(), [])
 
+    def test_a_job_that_waited_for_a_slot_never_runs_past_its_lease(self):
+        # b waits 1.9 s for one of the two slots: 2.1 s of its 4 s lease
+        # are left, less than --handler-timeout 3500ms, which its 3 s handler
+        # keeps to; on that lease the broker could hand b out again mid-run.
+        # It lets that lease end and runs once, on the next
+        self.h.delay = {"a": 1.9, "a2": 1.9, "b": 3.0}
+        self.consumer("--lock-ttl", "4s", "--handler-timeout", "3500ms", "--concurrency", "2",
+                      "--prefetch", "1")
+        self.publish([{"message_id": "a", "body": "x"}, {"message_id": "a2", "body": "x"},
+                      {"message_id": "b", "body": "y"}])
+        self.wait_settled(60)
+        # once, and on the next lease (fence 2), not on the short one
+        self.assertEqual([a["fence"] for a in self.h.attempts("b")], ["2"])
+        self.assertEqual(self.h.successes("a") + self.h.successes("a2"), 2)
+        self.assertEqual(self.dead_letters(), [])
+
     def test_busy_duplicate_on_another_consumer_waits_then_replays(self):
         self.h.delay = {"k1": 1.0}
         self.consumer()
