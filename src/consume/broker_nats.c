@@ -24,7 +24,10 @@
  *                  never comes back. The dead subject is kept by a stream
  *                  <STREAM>_DEAD, created when missing.
  * A message not acked within AckWait (a consumer that died) is redelivered
- * by the server to the next fetch: the takeover.
+ * by the server to the next fetch: the takeover. A subscription whose
+ * consumer is gone, or whose connection is torn down, is retired: the
+ * messages still held from it are settled through nothing (they come
+ * again), and it lives until the last of them is freed.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,10 +47,22 @@
 
 typedef struct nbroker nbroker;
 
+/* A pull subscription and the messages fetched through it. libnats settles
+ * a message through the subscription it came from (it reads it, its
+ * connection and its JetStream context at every ack), so one that is
+ * retired (its consumer gone, or its connection torn down) while messages
+ * of it are held is destroyed only with the last of them. */
+typedef struct nsub {
+  natsSubscription *sub;
+  atomic_uint refs; /* the broker's while it fetches through it, one a message */
+  int retired;      /* under b->mu: settles no longer go through it */
+} nsub;
+
 typedef struct nmsg {
   cs_msg m;
   nbroker *b;
   natsMsg *nm;
+  nsub *from;
   cs_settled_cb cb;
   void *arg;
   int ok;
@@ -79,7 +94,7 @@ struct nbroker {
   uv_rwlock_t js_lock;
   natsConnection *nc;
   jsCtx *js;
-  natsSubscription *sub;
+  nsub *sub;
   /* the loop's */
   uv_async_t wake;
   uv_timer_t done_timer;
@@ -101,12 +116,79 @@ static int n_check_uri(const cs_uri *u, char *err, size_t len) {
 }
 
 
+/* ---- subscriptions ---- */
+
+static nsub *nsub_new(natsSubscription *sub) {
+  nsub *s = calloc(1, sizeof *s);
+  if (!s) {
+    natsSubscription_Destroy(sub);
+    return NULL;
+  }
+  s->sub = sub;
+  atomic_init(&s->refs, 1);
+  return s;
+}
+
+/* The last reference destroys the subscription (an unsubscribe, which fails
+ * harmlessly on a closed connection): from the fetch thread, or from the
+ * loop when a message of a retired one is freed. natsSubscription_Destroy,
+ * unlike natsSubscription_Unsubscribe, never deletes the consumer (libnats
+ * deletes one it made itself on an unsubscribe). */
+static void nsub_unref(nsub *s) {
+  if (s && atomic_fetch_sub(&s->refs, 1) == 1) {
+    natsSubscription_Destroy(s->sub);
+    free(s);
+  }
+}
+
+/* The fetch thread is done with b->sub: its consumer is gone, or its
+ * connection is being torn down. No settle goes through it from here on
+ * (send_settle says why); the messages still held keep it alive. */
+static void retire_sub(nbroker *b) {
+  nsub *s = b->sub;
+  b->sub = NULL;
+  if (!s)
+    return;
+  uv_mutex_lock(&b->mu);
+  s->retired = 1;
+  uv_mutex_unlock(&b->mu);
+  nsub_unref(s);
+}
+
 /* ---- messages ---- */
 
 static void msg_free(nmsg *m) {
   cs_msg_free_headers(&m->m);
   natsMsg_Destroy(m->nm);
+  nsub_unref(m->from);
   free(m);
+}
+
+typedef enum { SETTLE_ACK, SETTLE_LATER, SETTLE_KEEP, SETTLE_TERM } settle_op;
+
+/* Sends a settle through the subscription m came from, unless that was
+ * retired. Then its consumer is gone, and the one made again under the same
+ * name delivers the stream from its start, m with it (a replay once its
+ * record is kept): a settle would reach no one, or that new consumer,
+ * which would take it for a delivery of its own of the same stream
+ * sequence. Or its connection was closed, and the server redelivers m
+ * after AckWait. Either way it fails here: m comes again. Under b->mu, as
+ * the retire is, so that no settle through a retired subscription is sent
+ * once the fetch thread goes on to make the consumer again. */
+static natsStatus send_settle(nmsg *m, settle_op op, int64_t delay_ms) {
+  nbroker *b = m->b;
+  natsStatus s = NATS_CONNECTION_CLOSED;
+  uv_mutex_lock(&b->mu);
+  if (!m->from->retired) {
+    switch (op) {
+    case SETTLE_ACK: s = natsMsg_Ack(m->nm, NULL); break;
+    case SETTLE_LATER: s = natsMsg_NakWithDelay(m->nm, delay_ms, NULL); break;
+    case SETTLE_KEEP: s = natsMsg_InProgress(m->nm, NULL); break;
+    case SETTLE_TERM: s = natsMsg_Term(m->nm, NULL); break;
+    }
+  }
+  uv_mutex_unlock(&b->mu);
+  return s;
 }
 
 /* A fetched message as a cs_msg (the body stays in the natsMsg). */
@@ -123,6 +205,8 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
   }
   m->b = b;
   m->nm = nm;
+  m->from = b->sub; /* the fetch thread's, which holds a reference meanwhile */
+  atomic_fetch_add(&m->from->refs, 1);
   m->m.body = (char *)natsMsg_GetData(nm);
   m->m.body_len = (size_t)natsMsg_GetDataLength(nm);
   if (!m->m.body)
@@ -237,10 +321,9 @@ static void close_connection(nbroker *b) {
 
 static void fetch_teardown(nbroker *b) {
   uv_rwlock_wrlock(&b->js_lock);
-  natsSubscription_Destroy(b->sub);
+  retire_sub(b);
   jsCtx_Destroy(b->js);
   close_connection(b);
-  b->sub = NULL;
   b->js = NULL;
   b->nc = NULL;
   uv_rwlock_wrunlock(&b->js_lock);
@@ -313,7 +396,10 @@ static natsStatus subscribe(nbroker *b) {
     jsSubOptions_Init(&so);
     so.Stream = b->stream;
     so.Consumer = b->consumer;
-    s = js_PullSubscribe(&b->sub, b->js, b->subject, b->consumer, NULL, &so, NULL);
+    natsSubscription *sub = NULL;
+    s = js_PullSubscribe(&sub, b->js, b->subject, b->consumer, NULL, &so, NULL);
+    if (s == NATS_OK && !(b->sub = nsub_new(sub)))
+      s = NATS_NO_MEMORY;
   }
   return s;
 }
@@ -356,14 +442,10 @@ static void check_consumer(nbroker *b) {
     return; /* there, or the server not answering: libnats reconnects */
   fprintf(stderr, "idem consume: nats broker %s:%d: consumer '%s' of stream '%s' is gone; "
                   "making it again\n", b->base.uri.host, b->base.uri.port, b->consumer, b->stream);
-  natsSubscription_Destroy(b->sub);
-  b->sub = NULL;
+  retire_sub(b); /* before the consumer is made again: see send_settle */
   s = subscribe(b);
-  if (s != NATS_OK) {
-    natsSubscription_Destroy(b->sub);
-    b->sub = NULL; /* the next turn sets up the whole connection again */
-    fetch_teardown(b);
-  }
+  if (s != NATS_OK)
+    fetch_teardown(b); /* the next turn sets up the whole connection again */
 }
 
 /* Wait for credit (or stop); returns how many to fetch (now counted as
@@ -434,7 +516,7 @@ static void fetch_main(void *arg) {
     if (!n)
       break;
     natsMsgList list = {0};
-    natsStatus s = natsSubscription_Fetch(&list, b->sub, (int)n, FETCH_WAIT_MS, NULL);
+    natsStatus s = natsSubscription_Fetch(&list, b->sub->sub, (int)n, FETCH_WAIT_MS, NULL);
     uv_mutex_lock(&b->mu);
     b->fetching = 0; /* what came is in inq_len from here on */
     uv_mutex_unlock(&b->mu);
@@ -517,7 +599,7 @@ static void n_ack(cs_broker *base, cs_msg *msg, const cs_answer *answer, cs_sett
   (void)base;
   m->cb = cb;
   m->arg = arg;
-  settled(m, natsMsg_Ack(m->nm, NULL) == NATS_OK);
+  settled(m, send_settle(m, SETTLE_ACK, 0) == NATS_OK);
 }
 
 static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, int ran, cs_settled_cb cb,
@@ -527,13 +609,13 @@ static void n_later(cs_broker *base, cs_msg *msg, int64_t delay_ms, int ran, cs_
   (void)base;
   m->cb = cb;
   m->arg = arg;
-  settled(m, natsMsg_NakWithDelay(m->nm, delay_ms > 0 ? delay_ms : 1, NULL) == NATS_OK);
+  settled(m, send_settle(m, SETTLE_LATER, delay_ms > 0 ? delay_ms : 1) == NATS_OK);
 }
 
 /* +WPI: the server starts AckWait again, and does not count a delivery. */
 static void n_keep(cs_broker *base, cs_msg *msg) {
   (void)base;
-  natsMsg_InProgress(((nmsg *)msg)->nm, NULL);
+  send_settle((nmsg *)msg, SETTLE_KEEP, 0);
 }
 
 /* On the thread pool: publish the dead letter, wait for JetStream's ack,
@@ -580,10 +662,10 @@ static void dead_work(uv_work_t *w) {
               (int)jerr);
     }
   }
+  uv_rwlock_rdunlock(&b->js_lock);
   jsPubAck_Destroy(pa);
   natsMsg_Destroy(dm);
-  if (s == NATS_OK) s = natsMsg_Term(m->nm, NULL);
-  uv_rwlock_rdunlock(&b->js_lock);
+  if (s == NATS_OK) s = send_settle(m, SETTLE_TERM, 0);
   m->ok = s == NATS_OK;
   nats_ReleaseThreadMemory();
 }

@@ -129,6 +129,72 @@ class Outcomes(NatsCase, OutcomeTests):
         self.wait_settled()
         self.assertEqual(self.h.successes("before"), 1)  # delivered again from the start: a replay
 
+    def test_a_consumer_deleted_with_messages_in_flight_acks_each_once(self):
+        # the messages held while the consumer is deleted came through a
+        # subscription that is retired: their acks are not sent (to no one,
+        # or to the consumer made again under the same name); the new
+        # consumer delivers them again, busy until the first run is kept,
+        # then a replay, acked once
+        from harness import wait_for
+        keys = ["k%d" % i for i in range(6)]
+        for k in keys:
+            self.h.delay[k] = 8.0  # past the 5 s of idle fetches that find the consumer gone
+        c = self.consumer("--lock-ttl", "12s", "--handler-timeout", "10s", admin=True)
+        self.publish([{"message_id": k, "body": k} for k in keys])
+        wait_for(lambda: self.h.active == len(keys), 10, what="every handler running")
+        self.nc.js("CONSUMER.DELETE.%s.%s" % (JS_STREAM, CONSUMER))
+        wait_for(lambda: "is gone; making it again" in c.stderr(), 30, what="the consumer made again")
+        self.assertEqual(self.h.active, len(keys))  # still in flight when it was made again
+        self.wait_settled()
+        self.assertTrue(c.alive(), c.stderr())
+        for k in keys:
+            self.assertEqual(self.h.successes(k), 1, k)
+            self.assertEqual(len(self.h.attempts(k)), 1, k)
+        self.assertEqual(self._info()["ack_floor"]["stream_seq"], len(keys))
+        self.assertEqual(c.metric('idem_messages_total{outcome="executed"}'), len(keys))
+        self.assertEqual(c.metric('idem_messages_total{outcome="replayed"}'), len(keys))
+        self.assertEqual(c.metric("idem_settle_failures_total"), len(keys))  # the first runs' acks
+
+    def test_a_connection_torn_down_with_messages_in_flight_acks_each_once(self):
+        # a stream that takes one consumer: another one takes its place while
+        # billing is gone, so making billing again fails and the connection
+        # is torn down and set up again (until the other one is deleted),
+        # with the first deliveries still held
+        from consume_harness import Consumer
+        from harness import finish_process, wait_for
+        self.nc.js("STREAM.CREATE.ONE", {"name": "ONE", "subjects": ["one"], "storage": "file",
+                                         "max_consumers": 1})
+        keys = ["t%d" % i for i in range(4)]
+        for k in keys:
+            self.h.delay[k] = 8.0
+        c = Consumer("%s?stream=ONE&consumer=%s" % (self.ns.url, CONSUMER),
+                     self.h.url + "/messages", store="lmdb:%s/store" % self.tmp,
+                     args=self.consumer_args + ["--lock-ttl", "12s", "--handler-timeout", "10s"])
+        self.addCleanup(finish_process, self, c)
+        c.start()
+        self.nc.publish_many("one", [(k.encode(), {"Order-Id": k}) for k in keys])
+        wait_for(lambda: self.h.active == len(keys), 10, what="every handler running")
+        self.nc.js("CONSUMER.DELETE.ONE." + CONSUMER)
+        self.nc.js("CONSUMER.DURABLE.CREATE.ONE.other",
+                   {"stream_name": "ONE", "config": {"durable_name": "other", "ack_policy": "explicit"}})
+        wait_for(lambda: "reconnecting" in c.stderr(), 30, what="the connection torn down")
+        self.assertEqual(self.h.active, len(keys))
+        wait_for(lambda: self.h.active == 0, 15, what="the first runs over")
+        self.nc.js("CONSUMER.DELETE.ONE.other")
+
+        def settled():
+            try:
+                i = self.nc.js("CONSUMER.INFO.ONE." + CONSUMER)
+            except (RuntimeError, OSError, TimeoutError):
+                return False
+            return i["num_ack_pending"] == 0 and i["num_pending"] == 0 and \
+                i["ack_floor"]["stream_seq"] == len(keys)
+        wait_for(settled, 60, interval=0.1, what="every message acked: " + c.stderr()[-2000:])
+        self.assertTrue(c.alive(), c.stderr())
+        for k in keys:
+            self.assertEqual(self.h.successes(k), 1, k)
+            self.assertEqual(len(self.h.attempts(k)), 1, k)
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["nats://127.0.0.1:1?stream=ORDERS", "nats://127.0.0.1:1?consumer=c",
                     "nats://127.0.0.1:1/x?stream=S&consumer=c",
