@@ -38,6 +38,10 @@ typedef struct amsg {
   char *answer;
   size_t answer_len;
   uint64_t pub_seq; /* the publish awaiting its confirm, 0 when none */
+  /* the thread's own, never the loop's: a delivery that came after the
+   * consumer was cancelled, sent back to the queue as a copy (freed by the
+   * thread once settled) */
+  int internal;
   cs_settled_cb cb;
   void *arg;
   int ok;
@@ -62,6 +66,9 @@ struct abroker {
   unsigned gen;
   uint64_t next_seq;
   amsg *waiting; /* delayed or awaiting a confirm */
+  char ctag[256]; /* the consumer's tag on this connection */
+  size_t ctag_len;
+  int cancelled; /* basic.cancel sent on this connection */
   /* the loop's */
   uv_async_t async;
   size_t outstanding;

@@ -32,6 +32,10 @@ void amqp_push(abroker *b, amsg **q, amsg *m) {
 }
 
 static void finish(abroker *b, amsg *m, int ok) {
+  if (m->internal) { /* the loop never saw it: acked, or the broker requeues it */
+    amqp_msg_free(m);
+    return;
+  }
   m->ok = ok;
   amqp_push(b, &b->doneq, m);
   uv_async_send(&b->async);
@@ -115,10 +119,14 @@ static int connect_broker(abroker *b, char *why, size_t len) {
   amqp_confirm_select(b->conn, CH);
   if (rpc_failed(b, "confirm.select", why, len))
     return -1;
-  amqp_basic_consume(b->conn, CH, amqp_cstring_bytes(b->queue), amqp_empty_bytes, 0, 0, 0,
-                     amqp_empty_table);
+  amqp_basic_consume_ok_t *ok = amqp_basic_consume(b->conn, CH, amqp_cstring_bytes(b->queue),
+                                                    amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
   if (rpc_failed(b, "basic.consume", why, len))
     return -1;
+  b->ctag_len = ok && ok->consumer_tag.len < sizeof b->ctag ? ok->consumer_tag.len : 0;
+  if (b->ctag_len)
+    memcpy(b->ctag, ok->consumer_tag.bytes, b->ctag_len);
+  b->cancelled = 0;
   b->gen++;
   b->next_seq = 1;
   return 0;
@@ -269,6 +277,9 @@ static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
 
 uint64_t amqp_now_ms(void) { return uv_hrtime() / 1000000; }
 
+/* How long a stop waits for the confirms of the copies it made. */
+#define STOP_WAIT_MS 5000
+
 /* One settle asked by the loop. 0, or -1 when the connection failed. */
 static int run_command(abroker *b, amsg *m) {
   if (!b->conn || m->gen != b->gen) {
@@ -319,7 +330,18 @@ static int run_due(abroker *b, uint64_t *next_due) {
   return 0;
 }
 
-static int on_deliver(abroker *b, const amqp_frame_t *f, int stopping) {
+/* Stopping: the consumer is cancelled (basic.cancel, its cancel-ok read
+ * with the other frames), so that the acks of the drain free no prefetch
+ * slot for a new delivery. */
+static int cancel_consumer(abroker *b) {
+  if (b->cancelled)
+    return 0;
+  b->cancelled = 1;
+  amqp_basic_cancel_t c = {.consumer_tag = {b->ctag_len, b->ctag}, .nowait = 0};
+  return amqp_send_method(b->conn, CH, AMQP_BASIC_CANCEL_METHOD, &c) ? -1 : 0;
+}
+
+static int on_deliver(abroker *b, const amqp_frame_t *f) {
   const amqp_basic_deliver_t *d = f->payload.method.decoded;
   uint64_t tag = d->delivery_tag;
   amqp_basic_deliver_t copy = *d;
@@ -327,31 +349,49 @@ static int on_deliver(abroker *b, const amqp_frame_t *f, int stopping) {
   amqp_rpc_reply_t r = amqp_read_message(b->conn, f->channel, &msg, 0);
   if (r.reply_type != AMQP_RESPONSE_NORMAL)
     return -1;
-  amsg *m = stopping ? NULL : amqp_wrap(b, &copy, &msg);
+  amsg *m = amqp_wrap(b, &copy, &msg);
   amqp_destroy_message(&msg);
-  if (m) {
-    /* handed over only while the loop still takes deliveries: looked at
-     * under the same lock, so none arrives once it has begun to close */
-    uv_mutex_lock(&b->mu);
-    int taken = !b->stop;
-    if (taken) {
-      m->next = b->inq;
-      b->inq = m;
-    }
-    uv_mutex_unlock(&b->mu);
-    if (taken) {
-      uv_async_send(&b->async);
-      return 0;
-    }
-    amqp_msg_free(m);
+  if (!m) /* out of memory: back to the queue */
+    return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
+  /* handed over only while the loop still takes deliveries: looked at
+   * under the same lock, so none arrives once it has begun to close */
+  uv_mutex_lock(&b->mu);
+  int taken = !b->stop;
+  if (taken) {
+    m->next = b->inq;
+    b->inq = m;
   }
-  /* stopping, or out of memory: back to the queue */
-  return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
+  uv_mutex_unlock(&b->mu);
+  if (taken) {
+    uv_async_send(&b->async);
+    return 0;
+  }
+  /* Sent before the server took the basic.cancel. A nack with requeue
+   * would bring it back flagged redelivered, a delivery counted that never
+   * ran: it goes back as a copy (as a later that did not run), confirmed,
+   * then the original acked. */
+  m->internal = 1;
+  m->op = OP_LATER;
+  m->due_ms = 0;
+  if (m->m.deliveries > 0)
+    m->m.deliveries--;
+  if (publish_for(b, m)) {
+    finish(b, m, 0);
+    return -1;
+  }
+  return 0;
+}
+
+static int internal_pending(abroker *b) {
+  for (amsg *m = b->waiting; m; m = m->next)
+    if (m->internal)
+      return 1;
+  return 0;
 }
 
 /* Read every frame there is without waiting: 0, or -1 when the
  * connection failed or the server closed it (why says so). */
-static int read_frames(abroker *b, int stopping, char *why, size_t len) {
+static int read_frames(abroker *b, char *why, size_t len) {
   for (;;) {
     amqp_frame_t f;
     struct timeval zero = {0, 0};
@@ -366,7 +406,7 @@ static int read_frames(abroker *b, int stopping, char *why, size_t len) {
       continue;
     amqp_method_number_t id = f.payload.method.id;
     if (id == AMQP_BASIC_DELIVER_METHOD) {
-      if (on_deliver(b, &f, stopping))
+      if (on_deliver(b, &f))
         return snprintf(why, len, "reading a message failed"), -1;
     } else if (id == AMQP_BASIC_ACK_METHOD) {
       const amqp_basic_ack_t *a = f.payload.method.decoded;
@@ -420,6 +460,7 @@ void amqp_thread_main(void *arg) {
   abroker *b = arg;
   char why[300], last[300] = "";
   int64_t backoff = 100;
+  uint64_t stop_deadline = 0;
   for (;;) {
     amsg *cmds;
     int stop = take_stop(b, &cmds);
@@ -435,8 +476,15 @@ void amqp_thread_main(void *arg) {
       next = m->next;
       failed |= run_command(b, m);
     }
-    if (stop == 2)
-      break;
+    if (stop == 2) {
+      /* the copies of what came after the cancel are settled first (their
+       * originals, requeued by a close, would count a delivery), for a
+       * while */
+      if (!stop_deadline)
+        stop_deadline = amqp_now_ms() + STOP_WAIT_MS;
+      if (!b->conn || !internal_pending(b) || amqp_now_ms() >= stop_deadline)
+        break;
+    }
     if (!b->conn) {
       if (stop) { /* nothing will come: what the loop still holds fails */
         wait_io(b, amqp_now_ms() + 100);
@@ -458,7 +506,11 @@ void amqp_thread_main(void *arg) {
     }
     uint64_t next_due;
     snprintf(why, sizeof why, "publish failed");
-    if (failed || run_due(b, &next_due) || read_frames(b, stop, why, sizeof why)) {
+    if (!failed && stop && cancel_consumer(b)) {
+      snprintf(why, sizeof why, "basic.cancel failed");
+      failed = 1;
+    }
+    if (failed || run_due(b, &next_due) || read_frames(b, why, sizeof why)) {
       note_down(b, why, last, sizeof last);
       teardown(b, 0);
       continue;

@@ -28,6 +28,9 @@
  * publish is tried again after a backoff (amqp_thread.c, refused()).
  * Connection lost: the broker requeues what was unacked; settles of the
  * old connection fail (ok 0); reconnection backs off from 100 ms to 2 s.
+ * Stop: the consumer is cancelled (basic.cancel) before the drain; a
+ * delivery that comes anyway goes back to the queue as a copy that counts
+ * no delivery (as a later that did not run), then the original is acked.
  */
 #include <fcntl.h>
 #include <stdio.h>

@@ -7,6 +7,7 @@ answer published to reply_to (also on replay), SIGTERM, a bad URI.
 
 import itertools
 import os
+import signal
 import sys
 import time
 import unittest
@@ -224,6 +225,30 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual({r[0]["headers"]["x-idem-status"] for r in replies}, {"200"})
         self.assertEqual(replies[0][1], replies[1][1])
         self.assertIn(b'"key":"k1"', replies[0][1])
+
+    def test_sigterm_cancels_the_consumer_and_what_comes_after_counts_no_delivery(self):
+        # two run, two wait on the server (--prefetch 0). On SIGTERM the
+        # consumer is cancelled: an ack of the drain must not bring the next
+        # message here to be nacked back flagged redelivered, a delivery
+        # counted that never ran (with --max-deliveries 1, dead-lettered
+        # unrun by the next consumer)
+        self.h.delay = {"slow": 3.0, "mid": 0.3}
+        args = ("--concurrency", "2", "--prefetch", "0", "--lock-ttl", "10s",
+                "--max-deliveries", "1", "--handler-timeout", "6s")
+        c = self.consumer(*args)
+        self.publish([{"message_id": k, "body": "x"} for k in ("slow", "mid", "m3", "m4")])
+        wait_for(lambda: self.h.active == 2, 10, what="two at the handler")
+        c.signal(signal.SIGTERM)
+        self.assertEqual(c.wait_exit(20), 0, c.stderr())
+        self.assertEqual(sorted(self.h.keys()), ["mid", "slow"])
+        wait_for(lambda: self.server.queue_counts(self.queue) == (2, 0), 10,
+                 what="m3 and m4 back in the queue")
+        self.consumer(*args)
+        self.wait_settled()
+        self.assertEqual(self.dead_letters(), [])
+        for k in ("m3", "m4"):
+            self.assertEqual([(a["status"], a["headers"].get("X-Idem-Deliveries"))
+                              for a in self.h.attempts(k)], [(200, "1")], k)
 
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["amqp://g:g@127.0.0.1:1/%2f", "amqp://g:g@127.0.0.1:1/?queue=q&prefetch=0",
