@@ -32,6 +32,10 @@ typedef struct amsg {
   amqp_basic_properties_t props;
   int op;
   uint64_t due_ms; /* when to publish (a later, or a publish refused), 0: now */
+  /* a later's due time on the wall clock (ms since the epoch), 0: none:
+   * from the header x-idem-due of the copy a stop published before it was
+   * due, or set by that stop */
+  uint64_t due_wall;
   unsigned refused; /* publishes of it the broker nacked, in a row */
   char reason[512];
   int status, replayed;
@@ -84,5 +88,6 @@ void amqp_thread_main(void *arg);
 void amqp_push(abroker *b, amsg **q, amsg *m);
 void amqp_wake_thread(abroker *b);
 uint64_t amqp_now_ms(void);
+uint64_t amqp_wall_ms(void);
 
 #endif

@@ -141,6 +141,14 @@ static unsigned counted_before(const amsg *m) {
   return (unsigned)strtoul(v, NULL, 10);
 }
 
+/* x-idem-due: ms since the epoch, digits only; 0 when none. */
+static uint64_t due_wall(const amsg *m) {
+  const char *v = header(m, "x-idem-due");
+  if (!v || !*v || strspn(v, "0123456789") != strlen(v) || strlen(v) > 15)
+    return 0;
+  return strtoull(v, NULL, 10);
+}
+
 amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t *msg) {
   amsg *m = calloc(1, sizeof *m);
   if (!m)
@@ -170,6 +178,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
     h->value_len = vlen;
   }
   m->m.deliveries = counted_before(m) + 1 + (d->redelivered ? 1 : 0);
+  m->due_wall = due_wall(m);
   if (asprintf(&m->m.id, "%s#%llu", b->queue, (unsigned long long)d->delivery_tag) < 0)
     m->m.id = NULL;
   if (!m->m.body || !m->m.headers || !m->m.id || copy_properties(&m->pool, p, &m->props)) {

@@ -7,6 +7,7 @@
  */
 #include <poll.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -161,7 +162,8 @@ static amqp_table_entry_t entry(const char *key, const char *value, size_t len) 
 /* Headers idem sets on what it publishes again; the delivery's own values
  * of these are left out. */
 static int idem_header(amqp_bytes_t key) {
-  static const char *const names[] = {"x-idem-deliveries", "x-idem-reason", "x-idem-id"};
+  static const char *const names[] = {"x-idem-deliveries", "x-idem-reason", "x-idem-id",
+                                      "x-idem-due"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (key.len == strlen(names[i]) && !strncasecmp(key.bytes, names[i], key.len))
       return 1;
@@ -174,7 +176,7 @@ static int idem_header(amqp_bytes_t key) {
  * RabbitMQ's own dead-lettering does), so that it stays to be looked at; a
  * user_id is kept only if it is this connection's user (RabbitMQ refuses
  * another), else it moves to the header x-idem-user-id. Returns the count
- * of entries in e, which holds room for the delivery's headers plus 4. */
+ * of entries in e, which holds room for the delivery's headers plus 5. */
 static int republished(abroker *b, const amsg *m, amqp_basic_properties_t *p,
                        amqp_table_entry_t *e, int n) {
   *p = m->props;
@@ -197,11 +199,11 @@ static int republished(abroker *b, const amsg *m, amqp_basic_properties_t *p,
 /* Publish for m (op decides what and where), to be confirmed: 0 or -1. */
 static int publish_for(abroker *b, amsg *m) {
   amqp_basic_properties_t p = {0};
-  amqp_table_entry_t *e = malloc(((size_t)m->props.headers.num_entries + 4) * sizeof *e);
+  amqp_table_entry_t *e = malloc(((size_t)m->props.headers.num_entries + 5) * sizeof *e);
   if (!e)
     return -1;
   int n = 0;
-  char num[16], status[16];
+  char num[16], status[16], due[24];
   const char *to = m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to;
   amqp_bytes_t body = {m->m.body_len, m->m.body};
   if (m->op == OP_ACK) { /* the answer, to reply_to */
@@ -218,6 +220,10 @@ static int publish_for(abroker *b, amsg *m) {
   } else {
     snprintf(num, sizeof num, "%u", m->m.deliveries);
     e[n++] = entry("x-idem-deliveries", num, strlen(num));
+    if (m->op == OP_LATER && m->due_wall > amqp_wall_ms()) { /* published early, by a stop */
+      snprintf(due, sizeof due, "%llu", (unsigned long long)m->due_wall);
+      e[n++] = entry("x-idem-due", due, strlen(due));
+    }
     if (m->op == OP_DEAD) {
       e[n++] = entry("x-idem-reason", m->reason, strlen(m->reason));
       e[n++] = entry("x-idem-id", m->m.id, strlen(m->m.id));
@@ -277,6 +283,16 @@ static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
 
 uint64_t amqp_now_ms(void) { return uv_hrtime() / 1000000; }
 
+uint64_t amqp_wall_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* The longest a copy with x-idem-due is held before it is due (a value
+ * further ahead is no due time of idem's). */
+#define HOLD_MAX_MS (7ULL * 24 * 3600 * 1000)
+
 /* How long a stop waits for the confirms of the copies it made. */
 #define STOP_WAIT_MS 5000
 
@@ -322,6 +338,32 @@ static int run_due(abroker *b, uint64_t *next_due) {
       continue;
     }
     *pp = m->next;
+    m->due_wall = 0; /* due: the copy carries no x-idem-due */
+    if (publish_for(b, m)) {
+      finish(b, m, 0);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Stopping: the laters that wait here for their delay are published at
+ * once, with x-idem-due, the wall-clock time they are due (a consumer
+ * that gets the copy sooner holds it until then, see on_deliver), then
+ * acked: a stop waits for no delay, and the copy counts the deliveries
+ * the later would have. (A publish the server refused keeps its backoff.)
+ * 0, or -1 when the connection failed. */
+static int settle_postponed(abroker *b) {
+  uint64_t now = amqp_now_ms(), wall = amqp_wall_ms();
+  for (amsg **pp = &b->waiting; *pp;) {
+    amsg *m = *pp;
+    if (m->pub_seq || m->op != OP_LATER || m->refused || m->due_ms <= now) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    m->due_wall = wall + (m->due_ms - now);
+    m->due_ms = 0;
     if (publish_for(b, m)) {
       finish(b, m, 0);
       return -1;
@@ -353,10 +395,14 @@ static int on_deliver(abroker *b, const amqp_frame_t *f) {
   amqp_destroy_message(&msg);
   if (!m) /* out of memory: back to the queue */
     return amqp_basic_nack(b->conn, CH, tag, 0, 1) ? -1 : 0;
+  /* a copy a stop published before it was due is held here, unacked,
+   * until then, as the later that made it would have been */
+  uint64_t wall = amqp_wall_ms();
+  int hold = m->due_wall > wall && m->due_wall - wall <= HOLD_MAX_MS;
   /* handed over only while the loop still takes deliveries: looked at
    * under the same lock, so none arrives once it has begun to close */
   uv_mutex_lock(&b->mu);
-  int taken = !b->stop;
+  int stopping = b->stop, taken = !stopping && !hold;
   if (taken) {
     m->next = b->inq;
     b->inq = m;
@@ -366,7 +412,8 @@ static int on_deliver(abroker *b, const amqp_frame_t *f) {
     uv_async_send(&b->async);
     return 0;
   }
-  /* Sent before the server took the basic.cancel. A nack with requeue
+  /* Sent before the server took the basic.cancel (or held, see above,
+   * when the stop came). A nack with requeue
    * would bring it back flagged redelivered, a delivery counted that never
    * ran: it goes back as a copy (as a later that did not run), confirmed,
    * then the original acked. */
@@ -375,6 +422,13 @@ static int on_deliver(abroker *b, const amqp_frame_t *f) {
   m->due_ms = 0;
   if (m->m.deliveries > 0)
     m->m.deliveries--;
+  if (!stopping) { /* held until due, then published again (run_due) */
+    m->due_ms = amqp_now_ms() + (m->due_wall - wall);
+    m->pub_seq = 0;
+    m->next = b->waiting;
+    b->waiting = m;
+    return 0;
+  }
   if (publish_for(b, m)) {
     finish(b, m, 0);
     return -1;
@@ -510,7 +564,8 @@ void amqp_thread_main(void *arg) {
       snprintf(why, sizeof why, "basic.cancel failed");
       failed = 1;
     }
-    if (failed || run_due(b, &next_due) || read_frames(b, why, sizeof why)) {
+    if (failed || (stop && settle_postponed(b)) || run_due(b, &next_due) ||
+        read_frames(b, why, sizeof why)) {
       note_down(b, why, last, sizeof last);
       teardown(b, 0);
       continue;

@@ -21,6 +21,9 @@
  *          deliveries and a nack with requeue comes back at once, so the
  *          count and the delay are idem's. A consumer that dies first: the
  *          broker requeues the original, flagged redelivered (counted once).
+ *          A stop does not wait for the delay: the copy is published at
+ *          once with x-idem-due (wall-clock ms), and a consumer that gets
+ *          it sooner holds it, unacked and uncounted, until then.
  *   dead   published to NAME.dead with x-idem-reason, x-idem-id,
  *          x-idem-deliveries and the original headers and properties,
  *          confirmed, then the original acked.

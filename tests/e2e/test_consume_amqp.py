@@ -250,6 +250,33 @@ class Outcomes(AmqpCase, OutcomeTests):
             self.assertEqual([(a["status"], a["headers"].get("X-Idem-Deliveries"))
                               for a in self.h.attempts(k)], [(200, "1")], k)
 
+    def test_sigterm_settles_a_postponed_retry_at_once_and_its_delay_holds(self):
+        # a later waits unacked here for its delay; a stop does not wait for
+        # it: the copy goes back at once with x-idem-due, and the consumer
+        # that gets it holds it until then; the delivery count goes on
+        self.h.fail_first = {"k"}
+        args = ("--retry-delay", "6s", "--max-retry-delay", "6s", "--lock-ttl", "20s",
+                "--max-deliveries", "2")
+        c = self.consumer(*args, admin=True)
+        self.publish([{"message_id": "k", "body": "x"}])
+        wait_for(lambda: len(self.h.attempts("k")) == 1, 10, what="the first attempt")
+        failed_at = time.time()
+        wait_for(lambda: c.metric('idem_messages_total{outcome="retry"}') == 1, 10,
+                 what="the retry")
+        t0 = time.time()
+        c.signal(signal.SIGTERM)
+        self.assertEqual(c.wait_exit(20), 0, c.stderr())
+        self.assertLess(time.time() - t0, 3.0, "a stop waits for the retry delay")
+        wait_for(lambda: self.server.queue_counts(self.queue) == (1, 0), 10,
+                 what="the copy in the queue")
+        self.consumer(*args)
+        wait_for(lambda: self.h.successes("k") == 1, 30, what="the retry")
+        self.assertGreater(time.time() - failed_at, 5.0, "the delay was not kept")
+        self.wait_settled()
+        self.assertEqual(self.dead_letters(), [])
+        self.assertEqual([a["headers"].get("X-Idem-Deliveries") for a in self.h.attempts("k")],
+                         ["1", "2"])
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["amqp://g:g@127.0.0.1:1/%2f", "amqp://g:g@127.0.0.1:1/?queue=q&prefetch=0",
                     "amqp://g:g@127.0.0.1:1/?queue=q&x=1", "amqp://g:g@127.0.0.1:99999/?queue=q"]:
