@@ -175,10 +175,11 @@ static int idem_header(amqp_bytes_t key) {
  * idem's headers in e[0..n) first. A dead letter loses its expiration (as
  * RabbitMQ's own dead-lettering does), so that it stays to be looked at; a
  * user_id is kept only if it is this connection's user (RabbitMQ refuses
- * another), else it moves to the header x-idem-user-id. Returns the count
+ * another), else it moves to the header x-idem-user-id. The delivery's own
+ * headers are left out unless own_headers. Returns the count
  * of entries in e, which holds room for the delivery's headers plus 5. */
 static int republished(abroker *b, const amsg *m, amqp_basic_properties_t *p,
-                       amqp_table_entry_t *e, int n) {
+                       amqp_table_entry_t *e, int n, int own_headers) {
   *p = m->props;
   p->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
   p->delivery_mode = 2;
@@ -190,22 +191,79 @@ static int republished(abroker *b, const amsg *m, amqp_basic_properties_t *p,
     p->_flags &= (amqp_flags_t)~AMQP_BASIC_USER_ID_FLAG;
     e[n++] = entry("x-idem-user-id", p->user_id.bytes, p->user_id.len);
   }
-  for (int i = 0; i < m->props.headers.num_entries; i++)
+  for (int i = 0; own_headers && i < m->props.headers.num_entries; i++)
     if (!idem_header(m->props.headers.entries[i].key))
       e[n++] = m->props.headers.entries[i];
   return n;
 }
 
-/* Publish for m (op decides what and where), to be confirmed: 0 or -1. */
+/* Whether a content header with properties p fits a frame of this
+ * connection: its encoded size (frame header and end, class, weight, body
+ * size, flags, then each property present). A table that does not encode
+ * within a frame does not fit. */
+static int fits_frame(abroker *b, const amqp_basic_properties_t *p) {
+  size_t max = (size_t)amqp_get_frame_max(b->conn);
+  size_t n = 8 + 14;
+  const struct {
+    amqp_flags_t flag;
+    const amqp_bytes_t *v;
+  } strs[] = {{AMQP_BASIC_CONTENT_TYPE_FLAG, &p->content_type},
+              {AMQP_BASIC_CONTENT_ENCODING_FLAG, &p->content_encoding},
+              {AMQP_BASIC_CORRELATION_ID_FLAG, &p->correlation_id},
+              {AMQP_BASIC_REPLY_TO_FLAG, &p->reply_to},
+              {AMQP_BASIC_EXPIRATION_FLAG, &p->expiration},
+              {AMQP_BASIC_MESSAGE_ID_FLAG, &p->message_id},
+              {AMQP_BASIC_TYPE_FLAG, &p->type},
+              {AMQP_BASIC_USER_ID_FLAG, &p->user_id},
+              {AMQP_BASIC_APP_ID_FLAG, &p->app_id},
+              {AMQP_BASIC_CLUSTER_ID_FLAG, &p->cluster_id}};
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+    if (p->_flags & strs[i].flag) {
+      if (strs[i].v->len > 255)
+        return 0;
+      n += 1 + strs[i].v->len;
+    }
+  n += (p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG ? 1 : 0) +
+       (p->_flags & AMQP_BASIC_PRIORITY_FLAG ? 1 : 0) + (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG ? 8 : 0);
+  if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
+    void *buf = malloc(max);
+    size_t off = 0;
+    amqp_table_t t = p->headers;
+    int rc = buf ? amqp_encode_table((amqp_bytes_t){max, buf}, &t, &off) : AMQP_STATUS_NO_MEMORY;
+    free(buf);
+    if (rc)
+      return 0;
+    n += off;
+  }
+  return n <= max;
+}
+
+static void note_too_big(abroker *b, const amsg *m, const char *what) {
+  fprintf(stderr, "idem consume: amqp broker %s:%d: message %s: %s\n", b->base.uri.host,
+          b->base.uri.port, m->m.id, what);
+}
+
+/* Publish for m (op decides what and where), to be confirmed: 0 or -1.
+ * A copy that would not fit a frame with idem's headers (the delivery's
+ * own nearly fill one) is that message's failure, not the connection's
+ * (amqp_basic_publish would fail after sending the method frame): a
+ * retry's copy, which cannot go without x-idem-deliveries, goes to the
+ * dead letters instead; a dead letter goes with idem's headers and
+ * without the delivery's own, its reason saying so. */
 static int publish_for(abroker *b, amsg *m) {
-  amqp_basic_properties_t p = {0};
+  amqp_basic_properties_t p;
   amqp_table_entry_t *e = malloc(((size_t)m->props.headers.num_entries + 5) * sizeof *e);
   if (!e)
     return -1;
-  int n = 0;
-  char num[16], status[16], due[24];
-  const char *to = m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to;
-  amqp_bytes_t body = {m->m.body_len, m->m.body};
+  int n, slim = 0;
+  char num[16], status[16], due[24], slim_reason[sizeof m->reason + 100];
+  const char *to;
+  amqp_bytes_t body;
+again:
+  p = (amqp_basic_properties_t){0};
+  n = 0;
+  to = m->op == OP_DEAD ? b->dead_queue : m->op == OP_LATER ? b->queue : m->reply_to;
+  body = (amqp_bytes_t){m->m.body_len, m->m.body};
   if (m->op == OP_ACK) { /* the answer, to reply_to */
     p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
     p.delivery_mode = 2;
@@ -225,13 +283,33 @@ static int publish_for(abroker *b, amsg *m) {
       e[n++] = entry("x-idem-due", due, strlen(due));
     }
     if (m->op == OP_DEAD) {
-      e[n++] = entry("x-idem-reason", m->reason, strlen(m->reason));
+      const char *reason = m->reason;
+      if (slim) {
+        snprintf(slim_reason, sizeof slim_reason,
+                 "%s (its own headers left out: with idem's they do not fit a frame)", m->reason);
+        reason = slim_reason;
+      }
+      e[n++] = entry("x-idem-reason", reason, strlen(reason));
       e[n++] = entry("x-idem-id", m->m.id, strlen(m->m.id));
     }
-    n = republished(b, m, &p, e, n);
+    n = republished(b, m, &p, e, n, !slim);
   }
   p.headers.num_entries = n;
   p.headers.entries = e;
+  if (m->op != OP_ACK && !slim && !fits_frame(b, &p)) {
+    if (m->op == OP_LATER) {
+      note_too_big(b, m, "its copy for a retry does not fit a frame with idem's headers: it "
+                         "goes to the dead letters instead");
+      m->op = OP_DEAD;
+      snprintf(m->reason, sizeof m->reason,
+               "its copy for a retry (with x-idem-deliveries) does not fit a frame");
+    } else {
+      note_too_big(b, m, "its dead letter goes without its own headers: with idem's they do "
+                         "not fit a frame");
+      slim = 1;
+    }
+    goto again;
+  }
   int rc = amqp_basic_publish(b->conn, CH, amqp_empty_bytes, amqp_cstring_bytes(to), 0, 0, &p, body);
   free(e); /* the frame is encoded and written by now */
   if (rc)

@@ -27,6 +27,9 @@
  *   dead   published to NAME.dead with x-idem-reason, x-idem-id,
  *          x-idem-deliveries and the original headers and properties,
  *          confirmed, then the original acked.
+ * A copy that would not fit a frame with idem's headers: a dead letter
+ * goes without the delivery's own headers, a retry to the dead letters
+ * (amqp_thread.c, publish_for()).
  * A publish the broker refuses (nack): the original stays unacked and the
  * publish is tried again after a backoff (amqp_thread.c, refused()).
  * Connection lost: the broker requeues what was unacked; settles of the

@@ -277,6 +277,44 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual([a["headers"].get("X-Idem-Deliveries") for a in self.h.attempts("k")],
                          ["1", "2"])
 
+    def test_a_copy_that_does_not_fit_a_frame_is_that_messages_failure(self):
+        # headers that nearly fill a frame (131072 bytes): idem's headers
+        # added, the dead letter or the retry's copy no longer fits. Not a
+        # broken connection (reconnecting, all over again, forever): the
+        # dead letter goes without the message's own headers, the retry
+        # goes to the dead letters
+        def near_full(mid, slack):
+            # frame header and end, class to flags, delivery_mode, the
+            # message_id, then the table: its length, "big", the kind, the length
+            n = 131072 - slack - (8 + 14 + 1 + (1 + len(mid) if mid else 0) + 4 + 4 + 1 + 4)
+            p = {"headers": {"big": "y\n" + "y" * (n - 2)}}  # two lines: not sent to the handler
+            if mid:
+                p["message_id"] = mid
+            return p
+        self.h.fail_first = {"big-retry"}
+        self.h.delay = {"other": 1.0}
+        c = self.consumer()
+        cl = AmqpClient(self.server.port)
+        try:
+            cl.publish_many(self.queue, [("o", {"message_id": "other"}),
+                                         ("no key", near_full(None, 60)),
+                                         ("r", near_full("big-retry", 10))])
+        finally:
+            cl.close()
+        self.wait_settled()
+        self.assertNotIn("reconnecting", c.stderr())
+        self.assertEqual(self.h.successes("other"), 1)
+        self.assertEqual([a["status"] for a in self.h.attempts("big-retry")], [503])
+        got = sorted(self.dead_letters(), key=lambda d: d.get("message_id", ""))
+        self.assertEqual([d.get("message_id") for d in got], [None, "big-retry"], got)
+        self.assertEqual([d["body"] for d in got], [b"no key", b"r"])
+        for d in got:
+            self.assertIn("its own headers left out", d["reason"])
+            self.assertNotIn("big", d)
+        self.assertIn("no message id", got[0]["reason"])
+        self.assertIn("copy for a retry", got[1]["reason"])
+        self.assertEqual(got[1]["deliveries"], "1")
+
     def test_bad_uri_exits_2_naming_the_flag(self):
         for uri in ["amqp://g:g@127.0.0.1:1/%2f", "amqp://g:g@127.0.0.1:1/?queue=q&prefetch=0",
                     "amqp://g:g@127.0.0.1:1/?queue=q&x=1", "amqp://g:g@127.0.0.1:99999/?queue=q"]:
