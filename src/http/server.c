@@ -354,12 +354,22 @@ static void on_worker_finished(uv_async_t *a) {
     return;
   uv_close((uv_handle_t *)&srv->finished, NULL);
   uv_close((uv_handle_t *)&srv->drain_deadline, NULL);
+  /* only now: a closed handle gives its signal back its default action,
+   * and a second SIGTERM (or a logrotate's SIGUSR1) during the drain would
+   * kill the process with requests in flight */
+  uv_close((uv_handle_t *)&srv->sigterm, NULL);
+  uv_close((uv_handle_t *)&srv->sigint, NULL);
+  uv_close((uv_handle_t *)&srv->sighup, NULL);
+  uv_close((uv_handle_t *)&srv->sigusr1, NULL);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
   gw_server *srv = s->data;
-  if (srv->stopping)
+  if (srv->stopping) {
+    fprintf(stderr, "idem serve: %s: already finishing requests in flight (--drain-timeout "
+                    "ends it)\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
     return;
+  }
   srv->stopping = 1;
   fprintf(stderr, "idem serve: %s: finishing requests in flight, then exiting\n",
           signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -368,10 +378,6 @@ static void on_signal(uv_signal_t *s, int signum) {
   uv_timer_start(&srv->drain_deadline, on_drain_deadline, (uint64_t)srv->cfg->drain_timeout_ms, 0);
   if (srv->admin)
     gw_admin_stop(srv->admin, on_admin_stopped, srv);
-  uv_close((uv_handle_t *)&srv->sigterm, NULL);
-  uv_close((uv_handle_t *)&srv->sigint, NULL);
-  uv_close((uv_handle_t *)&srv->sighup, NULL);
-  uv_close((uv_handle_t *)&srv->sigusr1, NULL);
 }
 
 /* A lease shorter than the upstream may take: said at the start and after
@@ -403,6 +409,10 @@ static void on_sighup(uv_signal_t *s, int signum) {
   gw_server *srv = s->data;
   (void)signum;
   const gw_config *cfg = srv->cfg;
+  if (srv->stopping) {
+    fprintf(stderr, "idem serve: SIGHUP: stopping; the config file is not read again\n");
+    return;
+  }
   if (!cfg->config_file) {
     fprintf(stderr, "idem serve: SIGHUP: no --config file to reload; nothing changes\n");
     return;

@@ -64,6 +64,28 @@ class Lifecycle(GatewayTestCase):
         rc = gw.wait_exit(15)
         self.assertEqual(rc, 0, gw.stderr())
 
+    def test_a_second_signal_during_the_drain_changes_nothing(self):
+        # a logrotate's SIGUSR1, a reload's SIGHUP, an impatient supervisor's
+        # second SIGTERM: the request in flight still gets its answer, the
+        # access log its line, and the exit is 0
+        for sig in (signal.SIGUSR1, signal.SIGHUP, signal.SIGTERM):
+            log = os.path.join(self.tempdir(), "access.log")
+            gw = self.start_gateway(self.up, "--access-log", log)
+            key = "second-%d" % sig
+            t, res = request_in_background(gw, "POST", "/slow", body=b"x", key=key,
+                                           headers={"X-Test-Delay-Ms": "1500"})
+            self.assertEqual(self.up.wait_count(key, 1), 1, self.gw_log())
+            gw.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: "finishing requests in flight" in gw.stderr(), 10,
+                     what="the drain to start")
+            gw.proc.send_signal(sig)
+            t.join(30)
+            self.assertEqual(gw.wait_exit(15), 0, "%s: %s" % (sig.name, gw.stderr()))
+            self.assertIn("r", res, "%s: %r\n%s" % (sig.name, res, gw.stderr()))
+            self.assertEqual(res["r"].status, 200)
+            with open(log) as f:
+                self.assertIn('"key":"%s"' % key, f.read(), sig.name)
+
     def test_sigterm_in_flight_result_is_stored(self):
         d = self.tempdir()
         gw = self.start_gateway(self.up, store="lmdb:%s/s" % d)
