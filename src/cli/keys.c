@@ -175,9 +175,12 @@ static int parse_args(int argc, char **argv, keys_args *a) {
 
 /* ---- actions ----------------------------------------------------------- */
 
+/* "idem keys get: scope/key: why", naming only what the command named. */
 static int fail_op(const keys_args *a, int err) {
-  fprintf(stderr, "idem keys %s: %s%s%s: %s (%s)\n", a->action, a->scope ? a->scope : "",
-          a->scope ? "/" : "", a->key ? a->key : "", idem_strerror(err), idem_errname(err));
+  int scoped = a->scope && a->scope[0];
+  fprintf(stderr, "idem keys %s: %s%s%s%s%s (%s)\n", a->action, scoped ? a->scope : "",
+          scoped && a->key ? "/" : "", a->key ? a->key : "", scoped || a->key ? ": " : "",
+          idem_strerror(err), idem_errname(err));
   return 1;
 }
 

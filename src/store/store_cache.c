@@ -99,11 +99,30 @@ static void shared_forget(idem_store *store, const idem_op *op) {
   idem_store_submit_internal(store->cache_store, &del, ignore, NULL);
 }
 
+/* A delete reaches the store only once the shared cache's copy is gone: a
+ * cache that cannot drop it (away, refusing) would replay the deleted record
+ * until its expiry, so the delete fails instead, and deletes nothing. */
+static void on_shared_dropped(idem_store *cache_store, const idem_result *res, void *arg) {
+  idem_req *req = arg;
+  idem_store *store = req->store;
+  (void)cache_store;
+  if (res->err)
+    idem_req_fail(req, res->err == IDEM_ETIMEDOUT ? IDEM_ETIMEDOUT : IDEM_ESTORE);
+  else /* even while closing: the backend closes after the cache (store.c) */
+    store->backend->submit(store, req);
+}
+
 static int answer(idem_store *store, idem_req *req) {
   req->submitted = idem_now_ms();
   if (req->op.kind == IDEM_OP_DELETE) { /* now: no claim after it may replay */
     idem_cache_forget(store->cache, req->op.scope, req->op.key);
-    shared_forget(store, &req->op);
+    if (!store->cache_store)
+      return 0;
+    idem_op del = {.kind = IDEM_OP_CACHE_DEL, .scope = req->op.scope, .key = req->op.key};
+    if (idem_store_submit_internal(store->cache_store, &del, on_shared_dropped, req) == 0)
+      return 1;
+    idem_req_fail(req, IDEM_ESTORE);
+    return 1;
   }
   if (req->op.kind != IDEM_OP_CLAIM)
     return 0;

@@ -99,6 +99,25 @@ class Cache(GatewayTestCase):
                  cache.command("EXISTS", "idem:cache:{0::d2}") == 1, 10,
                  what="the cache Redis filled again")
 
+    def test_a_delete_while_the_cache_redis_is_away_deletes_nothing(self):
+        # the cached copy could not be dropped: had the record gone, every
+        # gateway would replay it from the cache until the record's expiry
+        cache, (a, b) = self.shared()
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="g1").status, 200)
+        wait_for(lambda: cache.command("EXISTS", "idem:cache:{0::g1}") == 1, 10,
+                 what="the answer in the cache Redis")
+        cache.kill()
+        r = a.admin_request("DELETE", "/keys/g1")
+        self.assertEqual(r.status, 503, r)
+        self.assertEqual(a.admin_request("GET", "/keys/g1").status, 200)  # still there
+        cache.start()
+        wait_for(lambda: a.admin_request("DELETE", "/keys/g1").status == 204, 20,
+                 what="the delete once the cache Redis is back")
+        self.assertEqual(cache.command("EXISTS", "idem:cache:{0::g1}"), 0)
+        r = b.request("POST", "/pay", body=b"x", key="g1")
+        self.assertEqual((r.status, r.replayed), (200, False), self.gw_log())
+        self.assertEqual(self.up.count("g1"), 2)
+
     def test_bad_cache_uri_is_refused_at_start(self):
         for bad in ("memory:", "memory:lots", "redis-ish:1MiB", "memory:1MiB?ttl=soon",
                     "redis://h?colour=red"):
