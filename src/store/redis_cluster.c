@@ -154,7 +154,17 @@ static void node_closed(void *owner_data) {
   maybe_teardown(cl);
 }
 
-static const redis_owner cluster_owner = {node_done, node_redirected, node_closed, 1};
+/* A node's connection lost: the map is asked again now (and every few 100ms
+ * while a primary of it is not connected), so that a failover is learnt
+ * before the next request for those slots, even on an idle gateway. */
+static void node_dropped(rstore *rs) {
+  cnode *n = rs->owner_data;
+  if (n->in_map)
+    cluster_refresh_soon(n->cl);
+}
+
+static const redis_owner cluster_owner = {node_done, node_redirected, node_closed, node_dropped,
+                                          1};
 
 static void on_timer_closed(uv_handle_t *h) {
   rcluster *cl = h->data;

@@ -86,6 +86,8 @@ void redis_conn_drop(rstore *rs, const char *why) {
     redisAsyncFree(ac);
   }
   fail_waiting(rs, rs->closing ? IDEM_ECLOSED : IDEM_ESTORE);
+  if (!rs->closing && rs->owner && rs->owner->dropped)
+    rs->owner->dropped(rs);
   schedule_reconnect(rs);
 }
 

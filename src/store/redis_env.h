@@ -49,6 +49,9 @@ typedef struct {
   void (*redirected)(rstore *rs, idem_req *req, const char *reply);
   /* the connection is released */
   void (*closed)(void *owner_data);
+  /* the connection was lost (it reconnects by itself): a Cluster node that
+   * went away may have been failed over, with no request there to say so */
+  void (*dropped)(rstore *rs);
   /* a Cluster node: ROLE is not asked (a replica redirects to its primary,
    * where a lone server's replica would refuse writes) */
   int any_role;

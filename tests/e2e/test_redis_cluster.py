@@ -207,6 +207,24 @@ class RedisClusterGateways(GatewayTestCase):
               % (len(answers), sum(a[2] == 200 for a in answers),
                  sum(a[2] == 503 for a in answers), t_promoted - t_kill))
 
+    def test_an_idle_gateway_learns_a_failover_before_its_next_request(self):
+        # no request reaches the victim's slots between the kill and the
+        # promotion: the lost connections alone make each worker ask for the
+        # map again (every few 100ms while a primary is away), so the first
+        # requests after the promotion already go to the new primary
+        gw = self.gateway(None, "--workers", "2")
+        keys = tagged("idle-fo", 6)
+        victim_slot = slot_of(keys[0])
+        for k in tagged("idle-warm", 10):
+            self.assertEqual(gw.request("POST", "/pay", body=b"{}", key=k).status, 200)
+        c = self.cluster
+        victim = c.primary_of(victim_slot)
+        c.kill(victim)
+        c.wait_promoted(victim_slot, victim)
+        time.sleep(2)  # idle (not a wait for a condition): the map is re-asked meanwhile
+        statuses = [gw.request("POST", "/pay", body=b"{}", key=k).status for k in keys]
+        self.assertEqual(statuses, [200] * len(keys), self.ctx())
+
     def test_wait_replicas_loses_no_acknowledged_record_across_failover(self):
         uri = self.cluster.uri + "?wait_replicas=1&wait_timeout=500ms"
         gw = self.gateway(uri)
