@@ -137,19 +137,21 @@ class Leases(ConsumeCase):
         # the claim failed while the store was away (its backoff grew); the
         # complete that fails later must start its own backoff, not give up
         # at once and let the handler run again after the lease
-        store = RedisServer().start()
+        store = RedisServer(aof=True).start()  # a restart keeps the claim
         self.addCleanup(store.cleanup)
-        self.h.delay = {"K1": 1.5}  # then 2.5 s of the lease left, less than a 3.2 s backoff
-        c = self.consumer("--lock-ttl", "4s", "--handler-timeout", "3s", "--retry-delay",
+        # 4 s of the lease left at the complete: less than the 6.4 s backoff
+        # six failed claims built, time enough for a fresh one
+        self.h.delay = {"K1": 6.0}
+        c = self.consumer("--lock-ttl", "10s", "--handler-timeout", "8s", "--retry-delay",
                           "100ms", "--max-retry-delay", "60s", store=store.uri, admin=True)
         store.kill()
         self.publish([{"message_id": "K1", "body": "x"}])
-        wait_for(lambda: c.metric('idem_messages_total{outcome="store_error"}') >= 5, 30,
-                 what="five failed claims")
+        wait_for(lambda: c.metric('idem_messages_total{outcome="store_error"}') >= 6, 30,
+                 what="six failed claims")
         store.start()
         wait_for(lambda: self.h.active == 1, 20, what="K1 at the handler")
         store.kill()
-        wait_for(lambda: self.h.successes("K1") == 1, 20, what="K1's answer")
+        wait_for(lambda: self.h.successes("K1") == 1, 30, what="K1's answer")
         time.sleep(0.5)  # the outage (not a wait for a condition): the complete fails in it
         store.start()
         self.wait_settled(30)
