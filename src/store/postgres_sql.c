@@ -511,6 +511,11 @@ int idem_pg_migrate(PGconn *conn, int *from_version, char **errmsg) {
   int err, version = 0;
   if (own && (err = exec_ok(conn, "BEGIN", NULL, errmsg)))
     return err;
+  /* tables a lost idem_schema row left behind: CREATE ... IF NOT EXISTS
+   * would print libpq's NOTICEs on stderr (a caller's own transaction keeps
+   * its settings) */
+  if (own && (err = exec_ok(conn, "SET LOCAL client_min_messages = warning", NULL, errmsg)))
+    goto fail;
   if ((err = exec_ok(conn, MIGRATE_LOCK, NULL, errmsg)) ||
       (err = idem_pg_schema_version(conn, &version, errmsg)))
     goto fail;

@@ -33,10 +33,6 @@
 /* ---- routing ---------------------------------------------------------------- */
 
 static void route(rcluster *cl, idem_req *req) {
-  if (req->op.kind == IDEM_OP_GC) { /* Redis expires records itself */
-    idem_req_finish(req);
-    return;
-  }
   if (!cl->have_map) {
     if (uv_now(cl->loop) < cl->opened_at + (uint64_t)cl->uri.connect_timeout_ms) {
       idem_queue_insert_tail(&cl->waiting, &req->node);
@@ -44,6 +40,10 @@ static void route(rcluster *cl, idem_req *req) {
     }
     cluster_refresh_soon(cl);
     idem_req_fail(req, IDEM_ESTORE);
+    return;
+  }
+  if (req->op.kind == IDEM_OP_GC) { /* Redis expires records itself; a map says it answers */
+    idem_req_finish(req);
     return;
   }
   if (req->op.kind == IDEM_OP_LIST) {

@@ -123,6 +123,16 @@ class KeysAndGc(GatewayTestCase):
                 self.assertEqual(code, 2, (cmd, uri, err))
                 self.assertIn("--store", err, (cmd, uri))
 
+    def test_gc_on_an_unreachable_network_store_fails(self):
+        # Redis expires records itself, but gc must still say that the store
+        # did not answer, on a cluster as on one server
+        for uri in ("redis://127.0.0.1:1", "redis+cluster://127.0.0.1:1"):
+            code, out, err = run_idem(["gc", "--store", uri])
+            if "no Redis support" in err:
+                self.skipTest("a build without Redis")
+            self.assertEqual(code, 1, (uri, out, err))
+            self.assertIn("IDEM_ESTORE", err, uri)
+
     def test_a_path_without_a_store_is_not_created(self):
         # a mistyped path must be an error, not a new empty store
         missing = os.path.join(self.dir, "typo")

@@ -57,6 +57,11 @@ class PostgresGateways(GatewayTestCase):
         # told to migrate: migrate=1 in the URI
         gw.store = uri + "?migrate=1"
         gw.start()
+        # migrate over the tables left behind says nothing of them
+        psql("DELETE FROM idem_schema", uri)
+        rc, out, err = run_idem(["migrate", "--store", uri])
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("NOTICE", err)
 
     def test_keys_list_without_a_limit_or_scope(self):
         # across every scope, with no --limit, list asks for everything at
