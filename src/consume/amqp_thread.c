@@ -243,6 +243,14 @@ static void note_too_big(abroker *b, const amsg *m, const char *what) {
           b->base.uri.port, m->m.id, what);
 }
 
+/* m waits in b->waiting, unacked: for the confirm of publish pub_seq, or
+ * (pub_seq 0) until its due_ms. */
+static void wait_here(abroker *b, amsg *m, uint64_t pub_seq) {
+  m->pub_seq = pub_seq;
+  m->next = b->waiting;
+  b->waiting = m;
+}
+
 /* Publish for m (op decides what and where), to be confirmed: 0 or -1.
  * A copy that would not fit a frame with idem's headers (the delivery's
  * own nearly fill one) is that message's failure, not the connection's
@@ -314,10 +322,16 @@ again:
   free(e); /* the frame is encoded and written by now */
   if (rc)
     return -1;
-  m->pub_seq = b->next_seq++;
-  m->next = b->waiting;
-  b->waiting = m;
+  wait_here(b, m, b->next_seq++);
   return 0;
+}
+
+/* Publish for m, or finish it as failed: 0, or -1 (the connection failed). */
+static int publish_or_fail(abroker *b, amsg *m) {
+  if (publish_for(b, m) == 0)
+    return 0;
+  finish(b, m, 0);
+  return -1;
 }
 
 #define REFUSED_BACKOFF_MIN_MS 200
@@ -336,9 +350,7 @@ static void refused(abroker *b, amsg *m) {
             m->m.id, REFUSED_BACKOFF_MAX_MS);
   uint64_t wait = (uint64_t)REFUSED_BACKOFF_MIN_MS << (m->refused < 6 ? m->refused - 1 : 5);
   m->due_ms = amqp_now_ms() + (wait < REFUSED_BACKOFF_MAX_MS ? wait : REFUSED_BACKOFF_MAX_MS);
-  m->pub_seq = 0;
-  m->next = b->waiting;
-  b->waiting = m;
+  wait_here(b, m, 0);
 }
 
 static void confirmed(abroker *b, uint64_t tag, int multiple, int ok) {
@@ -386,16 +398,10 @@ static int run_command(abroker *b, amsg *m) {
     return rc ? -1 : 0;
   }
   if (m->op == OP_LATER && m->due_ms > amqp_now_ms()) {
-    m->pub_seq = 0; /* waits here, unacked, until due */
-    m->next = b->waiting;
-    b->waiting = m;
+    wait_here(b, m, 0);
     return 0;
   }
-  if (publish_for(b, m)) {
-    finish(b, m, 0);
-    return -1;
-  }
-  return 0;
+  return publish_or_fail(b, m);
 }
 
 /* Publish the postponed messages (laters, and publishes refused) that are
@@ -417,10 +423,8 @@ static int run_due(abroker *b, uint64_t *next_due) {
     }
     *pp = m->next;
     m->due_wall = 0; /* due: the copy carries no x-idem-due */
-    if (publish_for(b, m)) {
-      finish(b, m, 0);
+    if (publish_or_fail(b, m))
       return -1;
-    }
   }
   return 0;
 }
@@ -442,10 +446,8 @@ static int settle_postponed(abroker *b) {
     *pp = m->next;
     m->due_wall = wall + (m->due_ms - now);
     m->due_ms = 0;
-    if (publish_for(b, m)) {
-      finish(b, m, 0);
+    if (publish_or_fail(b, m))
       return -1;
-    }
   }
   return 0;
 }
@@ -502,16 +504,10 @@ static int on_deliver(abroker *b, const amqp_frame_t *f) {
     m->m.deliveries--;
   if (!stopping) { /* held until due, then published again (run_due) */
     m->due_ms = amqp_now_ms() + (m->due_wall - wall);
-    m->pub_seq = 0;
-    m->next = b->waiting;
-    b->waiting = m;
+    wait_here(b, m, 0);
     return 0;
   }
-  if (publish_for(b, m)) {
-    finish(b, m, 0);
-    return -1;
-  }
-  return 0;
+  return publish_or_fail(b, m);
 }
 
 static int internal_pending(abroker *b) {

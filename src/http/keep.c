@@ -126,18 +126,11 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
 }
 
 static void reclaim(gw_exchange *ex) {
-  idem_op op = {.kind = IDEM_OP_CLAIM, .scope = ex->idem.scope, .key = ex->idem.key,
-                .lease_ms = ex->route->policy.lock_ttl_ms, .ttl_ms = ex->route->policy.ttl_ms};
+  idem_op op = claimed_op(ex, IDEM_OP_CLAIM); /* a claim's fence is the store's to give */
+  op.lease_ms = ex->route->policy.lock_ttl_ms;
   memcpy(op.fingerprint, ex->idem.fp, IDEM_FINGERPRINT_LEN);
   ex->keep.reclaimed = 1;
-  ex->op_started_ns = uv_hrtime();
-  idem_store *st = ex->w->store;
-  int rc = st ? idem_store_submit(st, &op, on_reclaimed, ex) : IDEM_ESTORE;
-  if (rc) {
-    idem_result res = {0};
-    res.err = rc;
-    on_reclaimed(st, &res, ex);
-  }
+  submit_claimed(ex, &op, on_reclaimed);
 }
 
 static void on_kept(idem_store *st, const idem_result *res, void *arg) {

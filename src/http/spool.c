@@ -426,15 +426,20 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   item_remove(it);
 }
 
+/* op on the round's store; a submit it refuses reaches cb at once. */
+static void item_run(drain_item *it, const idem_op *op, idem_cb cb) {
+  int rc = idem_store_submit(it->round->store, op, cb, it);
+  if (rc) {
+    idem_result res = {.err = rc};
+    cb(it->round->store, &res, it);
+  }
+}
+
 static void item_reclaim(drain_item *it) {
   idem_op op = {.kind = IDEM_OP_CLAIM, .scope = it->scope, .key = it->name,
                 .lease_ms = RECLAIM_LEASE_MS, .ttl_ms = it->e.ttl_ms};
   memcpy(op.fingerprint, it->e.rec.fingerprint, IDEM_FINGERPRINT_LEN);
-  int rc = idem_store_submit(it->round->store, &op, on_reclaimed, it);
-  if (rc) {
-    idem_result res = {.err = rc};
-    on_reclaimed(it->round->store, &res, it);
-  }
+  item_run(it, &op, on_reclaimed);
 }
 
 static void on_drained(idem_store *st, const idem_result *res, void *arg) {
@@ -482,11 +487,7 @@ static void item_submit(drain_item *it) {
   op.fence = it->reclaimed ? it->reclaimed : it->e.rec.fence;
   op.ttl_ms = it->e.ttl_ms;
   op.response = it->e.rec.response;
-  int rc = idem_store_submit(it->round->store, &op, on_drained, it);
-  if (rc) {
-    idem_result res = {.err = rc};
-    on_drained(it->round->store, &res, it);
-  }
+  item_run(it, &op, on_drained);
 }
 
 /* A copy of the entry under the cursor, or NULL (not this store's, damaged:
