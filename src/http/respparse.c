@@ -74,11 +74,17 @@ static int on_headers_complete(http_parser *p) {
   rp->resp->status = p->status_code;
   if (!status_acceptable(rp, p->status_code))
     return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
+  /* RFC 9112 6.3: an answer to HEAD, and any 1xx, 204 or 304, ends with
+   * its head whatever its Content-Length says (a 304 may carry the
+   * length of the representation, RFC 9110 8.6): http_parser would wait
+   * for that many body bytes otherwise. */
+  int no_body = rp->is_head || p->status_code < 200 || p->status_code == 204 ||
+                p->status_code == 304;
   if (!rp->stream->past_limit && p->status_code >= 200) {
     start_streaming(rp);
-    return rp->is_head ? 1 : 0;
+    return no_body ? 1 : 0;
   }
-  if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !rp->is_head) {
+  if (p->content_length != ULLONG_MAX && p->status_code >= 200 && !no_body) {
     if (p->content_length > rp->max_response) {
       start_streaming(rp);
       return 0;
@@ -86,7 +92,7 @@ static int on_headers_complete(http_parser *p) {
     if (gw_buf_reserve(&rp->resp->body, (size_t)p->content_length))
       return -1;
   }
-  return rp->is_head ? 1 : 0;
+  return no_body ? 1 : 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len) {

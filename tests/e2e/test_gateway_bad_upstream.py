@@ -255,6 +255,43 @@ class BadUpstream(GatewayTestCase):
         self.assertIn(b"chunked", got.lower().partition(b"\r\n\r\n")[0])
         self.assertFalse(got.endswith(b"0\r\n\r\n"), "the cut answer ends with the last chunk")
 
+    def test_304_and_204_with_content_length_end_at_their_head(self):
+        # RFC 9110 8.6: a 304 may carry the Content-Length of the
+        # representation; RFC 9112 6.3: a 1xx, 204 or 304 ends with its head
+        # whatever its Content-Length says. The upstream keeps the
+        # connection open: waiting for body bytes would hang until
+        # --upstream-timeout (504 and a locked key, or a cut pass-through).
+        # "Connection: close" keeps the gateway from pooling the connection
+        # (RawUpstream reads one request per connection).
+        answers = {
+            "304": b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n"
+                   b"Connection: close\r\n\r\n",
+            "204": b"HTTP/1.1 204 No Content\r\nContent-Length: 7\r\nConnection: close\r\n\r\n",
+        }
+
+        def hold(answer):
+            def send(conn, stopping):
+                conn.sendall(answer)
+                stopping.wait(30)
+            return send
+        up = self.raw_upstream(lambda rid, n: hold(answers[rid.split("-")[0]]))
+        gw = self.start_gateway(up.url, "--upstream-timeout", "6s", "--lock-ttl", "60s")
+        for name in answers:
+            status = int(name)
+            t0 = time.monotonic()
+            r = gw.request("GET", "/doc", headers={"X-Test-Id": name + "-get"}, timeout=30)
+            self.assertEqual(r.status, status, "GET %s\n%s" % (name, self.gw_log()))
+            self.assertLess(time.monotonic() - t0, 3, "GET %s waited for a body" % name)
+            t0 = time.monotonic()
+            key = name + "-key"
+            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=30)
+            self.assertEqual(r.status, status, "POST %s\n%s" % (name, self.gw_log()))
+            self.assertLess(time.monotonic() - t0, 3, "POST %s waited for a body" % name)
+            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=30)
+            self.assertEqual(r.status, status, "retry %s\n%s" % (name, self.gw_log()))
+            self.assertTrue(r.replayed, "retry %s: %r" % (name, r))
+            self.assertEqual(up.count(key), 1, name)
+
     def test_trickling_keyed_answer_is_504_lease_kept(self):
         head = b"HTTP/1.1 201 Created\r\nContent-Length: 1000\r\n\r\n"
         up = self.raw_upstream(lambda rid, n: trickle(head, b"t" * 1000))
