@@ -142,7 +142,8 @@ static void submit_admin_op(gw_admin_req *r, const idem_op *op, idem_cb cb) {
 /* /keys/KEY?scope=S: GET or DELETE the record. */
 static void route_key(gw_admin_req *r, const char *u, size_t plen, const char *q, size_t ulen) {
   admin_req *k = gw_admin_req_data(r);
-  int klen = idem_pct_decode(u + 6, plen - 6, k->key, sizeof k->key, IDEM_PCT_PLUS_SPACE);
+  /* a path segment: '+' is a plus (RFC 3986), not a space as in a query */
+  int klen = idem_pct_decode(u + 6, plen - 6, k->key, sizeof k->key, 0);
   if (klen <= 0 || !idem_key_valid(k->key, (size_t)klen)) {
     gw_admin_reply_problem(r, 400, "invalid-key", "Invalid key",
                            "the key must be 1 to 255 printable ASCII characters, "

@@ -112,6 +112,24 @@ class Admin(GatewayTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertIn("completed", r.body.decode().lower())
 
+    def test_plus_in_key_path_is_a_plus(self):
+        # '+' in a URL path is a plus (RFC 3986), not a space as in a query:
+        # DELETE /keys/order+7 must not delete the record of "order 7"
+        for key, rid in (("order+7", "plus"), ("order 7", "space")):
+            r = self.gw.request("POST", "/k", body=b"x", key='"%s"' % key, headers={"X-Test-Id": rid})
+            self.assertEqual(r.status, 200, self.gw_log())
+        r = self.gw.admin_request("GET", "/keys/order+7")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn('"key":"order+7"', r.body.decode(), r)
+        r = self.gw.admin_request("DELETE", "/keys/order+7")
+        self.assertIn(r.status, (200, 204), r)
+        self.assertEqual(self.gw.admin_request("GET", "/keys/order+7").status, 404)
+        self.assertEqual(self.gw.admin_request("GET", "/keys/order%207").status, 200,
+                         "the record of another key was deleted")
+        r = self.gw.request("POST", "/k", body=b"x", key='"order 7"', headers={"X-Test-Id": "space"})
+        self.assertTrue(r.replayed, r)
+        self.assertEqual(self.up.count("space"), 1)
+
     def test_processing_record_is_visible(self):
         import threading
         t = threading.Thread(target=self.gw.request, args=("POST", "/p"),
