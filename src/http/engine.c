@@ -638,6 +638,13 @@ static void handle(gw_exchange *ex) {
     break;
   }
   int rc = policy_scope(ex->w->cfg, &r->headers, ex->idem.scope);
+  if (rc == IDEM_EINVAL) {
+    char what[400];
+    snprintf(what, sizeof what, "the scope header %s was sent more than once",
+             ex->w->cfg->scope_header);
+    refuse_key(ex, "invalid-scope", "Invalid scope", what);
+    return;
+  }
   if (!rc)
     rc = policy_fingerprint(p, r, ex->idem.fp);
   if (rc && shadow(ex)) {

@@ -197,9 +197,12 @@ int policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]) {
   if (!cfg->scope_header[0])
     return 0;
   size_t len = 0;
-  const char *v = gw_headers_get(h, cfg->scope_header, &len, NULL);
+  int count = 0;
+  const char *v = gw_headers_get(h, cfg->scope_header, &len, &count);
   if (!v)
     return 0;
+  if (count > 1)
+    return IDEM_EINVAL;
   /* never the unscoped space instead */
   return idem_sha256_hex(v, len, out) ? IDEM_ENOMEM : 0;
 }

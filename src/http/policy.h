@@ -52,7 +52,9 @@ int policy_fingerprint(const gw_policy *p, const gw_request *r, uint8_t out[IDEM
 /* The record scope: SHA-256 (lowercase hex) of the --scope-header value, so a
  * secret such as an Authorization header never reaches the store; "" when no
  * scope header is configured or the request has none. out: 65 bytes.
- * 0, or IDEM_ENOMEM when OpenSSL cannot hash. */
+ * 0; IDEM_EINVAL when the request has the header more than once (which
+ * value names the tenant cannot be known: a proxy may have appended the
+ * real one after a forged one); IDEM_ENOMEM when OpenSSL cannot hash. */
 int policy_scope(const gw_config *cfg, const gw_headers *h, char out[65]);
 
 /* Whether an upstream status is stored (1: 2xx, 3xx, deterministic 4xx) or

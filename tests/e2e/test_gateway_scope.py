@@ -6,7 +6,7 @@ import json
 import os
 import urllib.parse
 
-from harness import GatewayTestCase, main, run_idem
+from harness import GatewayTestCase, RawConn, main, request_bytes, run_idem
 
 SECRET_A = "Bearer sk-live-ALPHA-7c1d9e3f5a0b2468ace13579bdf02468"
 SECRET_B = "Bearer sk-live-BRAVO-0f9e8d7c6b5a49382716afbecd051234"
@@ -46,6 +46,21 @@ class Scope(GatewayTestCase):
         ra = gw.request("POST", "/s", body=b"a", key="k", headers={"X-Tenant": "a"})
         rb = gw.request("POST", "/s", body=b"b", key="k", headers={"X-Tenant": "b"})
         self.assertEqual((ra.status, rb.status), (200, 200), self.gw_log())
+
+    def test_scope_header_sent_twice_is_refused(self):
+        # which value names the tenant cannot be known (a proxy may append
+        # the real one after a forged one): never a replay of either's record
+        gw = self.start_gateway(self.up, "--scope-header", "X-Tenant")
+        ra = gw.request("POST", "/s", body=b"x", key="k2", headers={"X-Tenant": "victim"})
+        self.assertEqual(ra.status, 200, self.gw_log())
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/s", b"x", key="k2",
+                                 headers=[("X-Tenant", "victim"), ("X-Tenant", "attacker")]))
+            r = c.read_response()
+        self.assertEqual(r.status, 400, r)
+        self.assertIn(b"invalid-scope", r.body)
+        self.assertFalse(r.replayed, r)
+        self.assertEqual(self.up.count("k2"), 1)
 
     def test_without_scope_header_flag_tenants_share(self):
         gw = self.start_gateway(self.up)

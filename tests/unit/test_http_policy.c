@@ -107,6 +107,9 @@ static void test_scope(void **state) {
   snprintf(cfg.scope_header, sizeof cfg.scope_header, "X-Tenant");
   assert_int_equal(policy_scope(&cfg, &h, scope), 0);
   assert_string_equal(scope, ""); /* header absent: no scope */
+  add_header(&h, "X-Tenant", "victim");
+  add_header(&h, "x-tenant", "attacker");
+  assert_int_equal(policy_scope(&cfg, &h, scope), IDEM_EINVAL); /* which one? refused */
   gw_headers_free(&h);
 }
 
