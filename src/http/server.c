@@ -465,6 +465,10 @@ static int open_spool(gw_server *srv) {
  * opens, not one per request. */
 #define BIG_ALLOC_BYTES (64 * 1024)
 
+/* The largest upstream answer head read (http_parser's own default): an
+ * upstream's headers are not the client's, whatever --max-header says. */
+#define UPSTREAM_HEAD_MAX (80 * 1024)
+
 /* A listening socket on addr (port 0: a free one, written back), or -1
  * after saying why. what: "" or " (admin)". */
 static int listen_or_say(const gw_addr *addr, int *port, int reuseport, const char *what) {
@@ -588,7 +592,12 @@ static void say_ready(const gw_server *srv, int port, int admin_port) {
 int gw_run(const gw_config *cfg) {
   mallopt(M_MMAP_THRESHOLD, BIG_ALLOC_BYTES);
   signal(SIGPIPE, SIG_IGN);
-  http_parser_set_max_header_size((uint32_t)cfg->max_header + 1024);
+  /* http_parser's limit is one for the whole process: it bounds the
+   * upstream's answer heads (and trailers) too, which --max-header does
+   * not. Clients' heads are held to --max-header by reqparse.c itself. */
+  uint64_t parser_max = cfg->max_header + 1024;
+  http_parser_set_max_header_size((uint32_t)(parser_max > UPSTREAM_HEAD_MAX ? parser_max
+                                                                            : UPSTREAM_HEAD_MAX));
   gw_server srv;
   memset(&srv, 0, sizeof srv);
   srv.cfg = cfg;

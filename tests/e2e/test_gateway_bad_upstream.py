@@ -259,8 +259,8 @@ class BadUpstream(GatewayTestCase):
         # RFC 9110 8.6: a 304 may carry the Content-Length of the
         # representation; RFC 9112 6.3: a 1xx, 204 or 304 ends with its head
         # whatever its Content-Length says. The upstream keeps the
-        # connection open: waiting for body bytes would hang until
-        # --upstream-timeout (504 and a locked key, or a cut pass-through).
+        # connection open: waiting for body bytes would hang past the
+        # client's 20 s (--upstream-timeout is longer), a timeout here.
         # "Connection: close" keeps the gateway from pooling the connection
         # (RawUpstream reads one request per connection).
         answers = {
@@ -275,22 +275,37 @@ class BadUpstream(GatewayTestCase):
                 stopping.wait(30)
             return send
         up = self.raw_upstream(lambda rid, n: hold(answers[rid.split("-")[0]]))
-        gw = self.start_gateway(up.url, "--upstream-timeout", "6s", "--lock-ttl", "60s")
+        gw = self.start_gateway(up.url, "--upstream-timeout", "60s", "--lock-ttl", "120s")
         for name in answers:
             status = int(name)
-            t0 = time.monotonic()
-            r = gw.request("GET", "/doc", headers={"X-Test-Id": name + "-get"}, timeout=30)
+            r = gw.request("GET", "/doc", headers={"X-Test-Id": name + "-get"}, timeout=20)
             self.assertEqual(r.status, status, "GET %s\n%s" % (name, self.gw_log()))
-            self.assertLess(time.monotonic() - t0, 3, "GET %s waited for a body" % name)
-            t0 = time.monotonic()
             key = name + "-key"
-            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=30)
+            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=20)
             self.assertEqual(r.status, status, "POST %s\n%s" % (name, self.gw_log()))
-            self.assertLess(time.monotonic() - t0, 3, "POST %s waited for a body" % name)
-            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=30)
+            r = gw.request("POST", "/pay", body=b"x", key=key, timeout=20)
             self.assertEqual(r.status, status, "retry %s\n%s" % (name, self.gw_log()))
             self.assertTrue(r.replayed, "retry %s: %r" % (name, r))
             self.assertEqual(up.count(key), 1, name)
+
+    def test_upstream_head_is_not_held_to_max_header(self):
+        # --max-header bounds the client's request head; an upstream's answer
+        # may carry a bigger head (a long Content-Security-Policy, cookies):
+        # it is stored and replayed, not a 502 that locks the key
+        csp = b"default-src 'self' " + b"x" * 3000
+        big = (b"HTTP/1.1 201 Created\r\nContent-Security-Policy: " + csp +
+               b"\r\nContent-Length: 7\r\nConnection: close\r\n\r\ncreated")
+        up = self.raw_upstream(lambda rid, n: big)
+        gw = self.start_gateway(up.url, "--max-header", "1KiB")
+        r = gw.request("POST", "/pay", body=b"x", key="bighead")
+        self.assertEqual(r.status, 201, self.gw_log())
+        self.assertEqual(r.header("Content-Security-Policy"), csp.decode())
+        r2 = gw.request("POST", "/pay", body=b"x", key="bighead")
+        self.assertTrue(r2.replayed, r2)
+        self.assertEqual(r2.header("Content-Security-Policy"), csp.decode())
+        self.assertEqual(up.count("bighead"), 1)
+        r = gw.request("GET", "/doc", headers={"X-Test-Id": "bighead-get"})
+        self.assertEqual(r.status, 201, self.gw_log())
 
     def test_trickling_keyed_answer_is_504_lease_kept(self):
         head = b"HTTP/1.1 201 Created\r\nContent-Length: 1000\r\n\r\n"
