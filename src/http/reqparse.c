@@ -95,6 +95,10 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
 
 const char *gw_target_check(const char *t, size_t len, enum http_method m, gw_target_form *f) {
   memset(f, 0, sizeof *f);
+  /* RFC 9112 3.2: no form of request-target has a fragment; one sent would
+   * reach the upstream, and the fingerprint, as part of the path */
+  if (memchr(t, '#', len))
+    return "a request target has no fragment ('#')";
   if (len && t[0] == '/')
     return NULL;
   if (len && t[0] == '*')

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "core/json_pointer.h"
+#include "core/text.h"
 
 /* ---- values ---- */
 
@@ -369,10 +370,67 @@ int gw_glob_match(const char *g, const char *s, size_t len) {
   return *g == 0;
 }
 
-const gw_route *gw_routes_match(const gw_routes *t, const char *method, const char *target,
-                                size_t target_len) {
-  const char *q = memchr(target, '?', target_len);
-  size_t plen = q ? (size_t)(q - target) : target_len;
+static int unreserved(int c) {
+  return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* Whether the path has what route_path changes: a %XX or a "/." */
+static int needs_normal(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == '%' || (p[i] == '.' && i && p[i - 1] == '/'))
+      return 1;
+  return 0;
+}
+
+/* RFC 3986 5.2.4 on path[0..n), in place: "." and ".." segments go, each
+ * ".." with the segment before it. Returns the new length. */
+static size_t remove_dot_segments(char *path, size_t n) {
+  size_t r = 0, w = 0;
+  while (r < n) {
+    size_t e = r + 1;
+    while (e < n && path[e] != '/')
+      e++;
+    size_t seg = e - r - 1;
+    int dot = seg == 1 && path[r + 1] == '.';
+    int dotdot = seg == 2 && path[r + 1] == '.' && path[r + 2] == '.';
+    if (dot || dotdot) {
+      if (dotdot)
+        while (w > 0 && path[--w] != '/')
+          ;
+      if (e == n)
+        path[w++] = '/'; /* "/a/." and "/a/b/.." end in a slash */
+    } else {
+      memmove(path + w, path + r, e - r);
+      w += e - r;
+    }
+    r = e;
+  }
+  return w;
+}
+
+/* The path routes are matched against, as the upstream will read it:
+ * percent-encoded unreserved characters decoded (RFC 3986 6.2.2.2: "%70"
+ * is "p"), then dot-segments removed. Otherwise "/v1/%70ayments/p1" or
+ * "/internal/../v1/payments/p1" would slip past a payments route to the
+ * defaults, or to a route with mode off. Encoded reserved characters
+ * ("%2F") stay as they are. out has room for n bytes; returns its length. */
+static size_t route_path(const char *p, size_t n, char *out) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    int hi = i + 2 < n && p[i] == '%' ? idem_hexval((unsigned char)p[i + 1]) : -1;
+    int lo = hi >= 0 ? idem_hexval((unsigned char)p[i + 2]) : -1;
+    if (lo >= 0 && unreserved(hi * 16 + lo)) {
+      out[o++] = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      out[o++] = p[i];
+    }
+  }
+  return o && out[0] == '/' ? remove_dot_segments(out, o) : o;
+}
+
+static const gw_route *match_path(const gw_routes *t, const char *method, const char *path,
+                                  size_t plen) {
   for (int i = 0; i < t->n; i++) {
     const gw_route *r = &t->routes[i];
     if (r->nmethods) {
@@ -382,10 +440,26 @@ const gw_route *gw_routes_match(const gw_routes *t, const char *method, const ch
       if (!m)
         continue;
     }
-    if (!r->path[0] || gw_glob_match(r->path, target, plen))
+    if (!r->path[0] || gw_glob_match(r->path, path, plen))
       return r;
   }
   return &t->defaults;
+}
+
+const gw_route *gw_routes_match(const gw_routes *t, const char *method, const char *target,
+                                size_t target_len) {
+  size_t plen = 0; /* the path: up to the query or a fragment */
+  while (plen < target_len && target[plen] != '?' && target[plen] != '#')
+    plen++;
+  if (!t->n || !needs_normal(target, plen))
+    return match_path(t, method, target, plen);
+  char small[1024], *path = plen <= sizeof small ? small : malloc(plen);
+  if (!path)
+    return &t->defaults; /* out of memory for a long path: as if no route matched */
+  const gw_route *r = match_path(t, method, path, route_path(target, plen, path));
+  if (path != small)
+    free(path);
+  return r;
 }
 
 void gw_route_match_text(const gw_route *r, char *out, size_t len) {

@@ -209,6 +209,20 @@ class Routes(ConfigTestCase):
         self.assertEqual(self.up.count("put"), 1)
         self.assertEqual(self.up.count("put-post"), 2)
 
+    def test_routes_match_the_path_the_upstream_reads(self):
+        # an encoded unreserved character or a dot-segment does not slip a
+        # request past its route: not past require_key ...
+        for target in ("/v1/%70ayments/p4", "/x/../v1/payments/p4", "/v1/./payments/p4"):
+            r = self.post(target, b"{}", tid="sneak")
+            self.assertEqual(self.assertProblem(r, 400)["type"],
+                             "urn:idem:problem:key-required", target)
+        self.assertEqual(self.up.count("sneak"), 0)
+        # ... nor into a mode off route, which would run a keyed request twice
+        for _ in range(2):
+            r = self.post("/internal/../v1/orders", body({"order_id": "o-dots"}), tid="dots")
+        self.assertTrue(r.replayed, r)
+        self.assertEqual(self.up.count("dots"), 1)
+
     def test_key_from_query(self):
         for _ in range(2):
             r = self.post("/v1/search?request_id=q%2D1&x=1", b"{}", tid="q-1")

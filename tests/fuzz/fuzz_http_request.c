@@ -3,8 +3,11 @@
  * request respects the limits; and the same bytes fed whole, split in two,
  * and one byte at a time give the same requests and the same verdict,
  * accepted or refused (a parser that depends on how TCP cuts the stream is a
- * smuggling bug); an accepted target is in origin form, or "*". */
+ * smuggling bug); an accepted target is in origin form, or "*", and finds
+ * the same route as that path behind "/./" or "/x/../" (routes match the
+ * normalised path, route.c). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +33,22 @@ static uint64_t mix(uint64_t h, const void *p, size_t n) {
 }
 
 static gw_config cfg;
+static gw_routes *routes;
+
+static void check_route(const gw_request *r) {
+  if (r->target.p[0] != '/' || r->target.len > 4096)
+    return;
+  char alt[4096 + 8];
+  const gw_route *want = gw_routes_match(routes, r->method, r->target.p, r->target.len);
+  static const char *const prefixes[] = {"/.", "/x/.."};
+  for (int i = 0; i < 2; i++) {
+    size_t n = strlen(prefixes[i]);
+    memcpy(alt, prefixes[i], n);
+    memcpy(alt + n, r->target.p, r->target.len);
+    if (gw_routes_match(routes, r->method, alt, n + r->target.len) != want)
+      abort();
+  }
+}
 
 static void check(const gw_request *r) {
   if (r->body.len > cfg.max_body || !r->method[0] || !r->target.p ||
@@ -41,6 +60,7 @@ static void check(const gw_request *r) {
   for (size_t i = 0; i < r->headers.n; i++)
     if (!gw_is_token(gw_header_name(&r->headers, i), r->headers.v[i].name_len))
       abort();
+  check_route(r);
 }
 
 /* Feed data in pieces: cut after the first `first` bytes, then `step` at a
@@ -111,6 +131,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cfg.max_body = 4096;
     cfg.max_header = 2048;
     http_parser_set_max_header_size((uint32_t)cfg.max_header + 1024);
+    static const char *const globs[] = {"/v1/payments/*", "/v1/**", "/a?c/*/d", ""};
+    routes = gw_routes_new(4);
+    for (int i = 0; i < 4; i++) {
+      snprintf(routes->routes[i].path, sizeof routes->routes[i].path, "%s", globs[i]);
+      routes->routes[i].index = i + 1;
+    }
     ready = 1;
   }
   verdict whole = run(data, size, 0, 0);

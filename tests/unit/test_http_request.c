@@ -266,6 +266,8 @@ static void test_target_check(void **state) {
   assert_non_null(gw_target_check(S("*x"), HTTP_OPTIONS, &f));
   assert_non_null(gw_target_check(S("ftp://h/a"), HTTP_GET, &f));
   assert_non_null(gw_target_check(S("httpx://h/a"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("/a#frag"), HTTP_POST, &f));
+  assert_non_null(gw_target_check(S("/a?q=1#f"), HTTP_GET, &f));
   assert_non_null(gw_target_check(S("h.example:443"), HTTP_GET, &f));
   assert_non_null(gw_target_check(S("http:/a"), HTTP_GET, &f));
   assert_non_null(gw_target_check(S("http:///a"), HTTP_GET, &f));

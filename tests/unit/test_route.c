@@ -101,6 +101,33 @@ static void test_first_match_wins(void **state) {
   assert_int_equal(gw_routes_match(t, "POST", "/other", 6)->index, 3);
   /* the target's length counts, not a NUL */
   assert_int_equal(gw_routes_match(t, "POST", "/v1/payments/p1XYZ", 15)->index, 1);
+  /* matched as the upstream reads the path: %XX of unreserved characters
+   * decoded, dot-segments removed, a fragment cut */
+  static const struct {
+    const char *target;
+    int route;
+  } normal[] = {
+      {"/v1/%70ayments/p1", 1},
+      {"/v1/%70%41yments/p1", 2}, /* %41 is 'A': another path */
+      {"/x/../v1/payments/p1", 1},
+      {"/v1/./payments/p1", 1},
+      {"/v1/payments/p1/..", 1}, /* "/v1/payments/": "*" matches an empty run */
+      {"/v1/payments/refunds/../p1", 1},
+      {"/../../v1/payments/p1", 1},
+      {"/v1/%2E%2E/other", 3}, /* %2E is '.': "/other" */
+      {"/v1/payments%2Fp1", 2}, /* an encoded '/' stays: one segment */
+      {"/v1/payments/p1#frag", 1},
+      {"/v1/payments/p1/#/x", 2},
+      {"/v1/payments/p1%", 1},
+      {"/v1/payments/p1%4", 1},
+      {"/v1/payments/%zz", 1},
+  };
+  for (size_t i = 0; i < sizeof normal / sizeof normal[0]; i++) {
+    const char *n = normal[i].target;
+    if (gw_routes_match(t, "POST", n, strlen(n))->index != normal[i].route)
+      fail_msg("%s: route %d, not %d", n, gw_routes_match(t, "POST", n, strlen(n))->index,
+               normal[i].route);
+  }
   char m[64];
   gw_route_match_text(&t->routes[0], m, sizeof m);
   assert_string_equal(m, "POST /v1/payments/*");
