@@ -27,6 +27,10 @@ BAD_ANSWERS = {
     "2x0": b"HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok",
     "200OK": b"HTTP/1.1 200OK\r\nContent-Length: 2\r\n\r\nok",
     "http2": b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    # a transfer coding the gateway would drop with its header: the client
+    # would get gzip bytes with nothing saying so
+    "gzip-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+                    b"2\r\nok\r\n0\r\n\r\n",
 }
 
 # RawUpstream closes each connection after one answer, so a good answer says
