@@ -299,8 +299,16 @@ int lmdb_log_append(lmdb_env *e, const unsigned char *p, size_t len) {
   }
   if ((err = write_all(e->log_fd, p, len, e->log_off)) == 0 && fdatasync(e->log_fd))
     err = errno;
-  if (err)
+  if (err) {
+    /* Refused, but the batch may sit whole in the file (its write went
+     * through, its flush failed): the next owner of the log (the next
+     * start after a crash, or a process taking it over) would replay what
+     * every caller hears was not run, before any direct commit moves
+     * LMDB's place past it. Zeros end the log there instead. */
+    if (!zero_fill(e->log_fd, e->log_off, e->log_off + len))
+      (void)fdatasync(e->log_fd);
     return lmdb_error(e, err);
+  }
   e->log_off += len;
   return 0;
 }

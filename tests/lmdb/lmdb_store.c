@@ -890,6 +890,65 @@ static int guest_main(const char *path) {
   return 0;
 }
 
+/* --refuse PATH: a claim of "k" whose log flush fails (refused), then the
+ * process dies as a SIGKILL leaves it: no close, nothing after it. */
+static int refuse_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 30;
+  if (put_completed(s, "before", "b", 1, TTL_LONG_MS))
+    return 31;
+  idem_op claim = claim_op(NULL, "k", TTL_LONG_MS);
+  idem_result res;
+  atomic_store(&log_flush_fails, 1);
+  int rc = idem_sync_run(s, &claim, &res);
+  _exit(rc == IDEM_ESTORE && !atomic_load(&log_flush_fails) ? 0 : 32);
+}
+
+/* --claim-k PATH: claim "k" once; exits 0 if it was handed to this process
+ * with fence 1 (the key was unseen), else 40 + the outcome. */
+static int claim_k_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 39;
+  idem_op op = claim_op(NULL, "k", TTL_LONG_MS);
+  idem_result res;
+  if (idem_sync_run(s, &op, &res))
+    return 38;
+  int rc = res.outcome == IDEM_CLAIMED && res.fence == 1 ? 0 : 40 + (int)res.outcome;
+  idem_result_clear(&res);
+  idem_sync_close(s);
+  return rc;
+}
+
+/* A refused batch (its flush failed) must not come back when no direct
+ * commit followed it: neither for the next start after the process died,
+ * nor for another process that takes the log over. The refused claim said
+ * "not run": the key is unseen, not locked. */
+static void a_refused_batch_does_not_come_back_at_the_next_owner(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  const char *refuse[] = {"lmdb_store", "--refuse", p, NULL};
+  assert_int_equal(run_self(refuse), 0); /* died right after the refusal */
+  const char *claim[] = {"lmdb_store", "--claim-k", p, NULL};
+  assert_int_equal(run_self(claim), 0);
+
+  /* the owner still runs; a guest takes the log over */
+  fresh_path(p, sizeof p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  assert_int_equal(put_completed(s, "before", "b", 1, TTL_LONG_MS), 0);
+  idem_op k = claim_op(NULL, "k", TTL_LONG_MS);
+  idem_result res;
+  atomic_store(&log_flush_fails, 1);
+  assert_int_equal(idem_sync_run(s, &k, &res), IDEM_ESTORE);
+  assert_int_equal(atomic_load(&log_flush_fails), 0);
+  idem_result_clear(&res);
+  assert_int_equal(run_self(claim), 0);
+  idem_sync_close(s);
+}
+
 /* --claim-all PATH: claim mp-0..mp-39 once each; exits with how many were
  * handed to it. */
 static int claim_all_main(const char *path) {
@@ -1120,6 +1179,10 @@ int main(int argc, char **argv) {
     return guest_main(argv[2]);
   if (argc == 3 && !strcmp(argv[1], "--claim-all"))
     return claim_all_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--refuse"))
+    return refuse_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--claim-k"))
+    return claim_k_main(argv[2]);
   if (argc == 3 && !strcmp(argv[1], "--owner"))
     return owner_main(argv[2]);
   const struct CMUnitTest tests[] = {
@@ -1130,6 +1193,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(an_unfinished_creation_is_no_store),
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(a_refused_batch_is_never_replayed),
+      cmocka_unit_test(a_refused_batch_does_not_come_back_at_the_next_owner),
       cmocka_unit_test(concurrent_writes_share_commits),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
