@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/lmdb_env.h"
@@ -54,6 +55,7 @@
 #define LOG_MAX (UINT64_C(64) << 20)
 #define OWN_BYTE 0
 #define ASK_BYTE 1
+#define ACQUIRE_WAIT_MS 5000 /* how long a guest waits for the log */
 
 static int lock_byte(int fd, int cmd, short type, off_t byte) {
   struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
@@ -250,21 +252,53 @@ void lmdb_log_close(lmdb_env *e) {
   lmdb_log_buf_free(&e->logbuf);
 }
 
-int lmdb_log_acquire(lmdb_env *e) {
-  if (lock_byte(e->log_fd, F_OFD_SETLKW, F_WRLCK, ASK_BYTE) != 0)
-    return lmdb_error(e, errno);
-  int rc = lock_byte(e->log_fd, F_OFD_SETLKW, F_WRLCK, OWN_BYTE);
-  int err = rc ? lmdb_error(e, errno) : 0;
-  lock_byte(e->log_fd, F_OFD_SETLK, F_UNLCK, ASK_BYTE);
-  char *why;
-  if (!err && (err = log_recover(e, &why)) != 0)
-    lock_byte(e->log_fd, F_OFD_SETLK, F_UNLCK, OWN_BYTE);
-  if (!err) {
-    pthread_mutex_lock(&e->ck_lock);
-    atomic_store(&e->mode, LMDB_OWNER);
-    pthread_mutex_unlock(&e->ck_lock);
+/* Byte 0, within ACQUIRE_WAIT_MS: 0, or errno (ETIMEDOUT). Polled, not
+ * waited for with F_OFD_SETLKW: an owner that is stopped (a Ctrl-Z'd `idem
+ * keys`, a SIGSTOP) never lets go, and a wait without end would hang
+ * every operation of this process. A free byte 0 is taken even while
+ * another process holds byte 1 (asked and then stopped before it got the
+ * log); that process gets the log at the next hand-over. */
+static int own_within(int fd) {
+  int64_t until = lmdb_mono_us() + ACQUIRE_WAIT_MS * 1000;
+  int asked = 0, err = 0;
+  for (;;) {
+    if (lock_byte(fd, F_OFD_SETLK, F_WRLCK, OWN_BYTE) == 0)
+      break;
+    if (errno != EAGAIN && errno != EACCES) {
+      err = errno;
+      break;
+    }
+    if (!asked) /* tells the owner to hand the log over (lmdb_log_requested) */
+      asked = lock_byte(fd, F_OFD_SETLK, F_WRLCK, ASK_BYTE) == 0;
+    if (lmdb_mono_us() >= until) {
+      err = ETIMEDOUT;
+      break;
+    }
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
   }
+  if (asked)
+    lock_byte(fd, F_OFD_SETLK, F_UNLCK, ASK_BYTE);
   return err;
+}
+
+int lmdb_log_acquire(lmdb_env *e) {
+  int err = own_within(e->log_fd);
+  if (err == ETIMEDOUT) {
+    atomic_fetch_add(&e->errors_store, 1);
+    return IDEM_ETIMEDOUT;
+  }
+  if (err)
+    return lmdb_error(e, err);
+  char *why;
+  if ((err = log_recover(e, &why)) != 0) {
+    lock_byte(e->log_fd, F_OFD_SETLK, F_UNLCK, OWN_BYTE);
+    return err;
+  }
+  pthread_mutex_lock(&e->ck_lock);
+  atomic_store(&e->mode, LMDB_OWNER);
+  pthread_mutex_unlock(&e->ck_lock);
+  return 0;
 }
 
 void lmdb_log_yield(lmdb_env *e) {

@@ -1073,6 +1073,47 @@ static void a_guest_takes_over_from_a_killed_owner(void **state) {
   idem_sync_close(s);
 }
 
+/* An owner that is stopped (SIGSTOP, a Ctrl-Z'd `idem keys`) never hands
+ * the log over: a guest's operation fails with IDEM_ETIMEDOUT after a
+ * bounded wait instead of hanging, and goes through once the owner runs
+ * again. */
+static void a_stopped_owner_times_a_guest_out(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  int out[2];
+  assert_int_equal(pipe(out), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl("/proc/self/exe", "lmdb_store", "--owner", p, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char c;
+  assert_int_equal(read(out[0], &c, 1), 1); /* the child owns the log */
+  close(out[0]);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  assert_int_equal(kill(pid, SIGSTOP), 0);
+  idem_op op = claim_op(NULL, "while-stopped", TTL_LONG_MS);
+  idem_result res;
+  assert_int_equal(idem_sync_run(s, &op, &res), IDEM_ETIMEDOUT);
+  idem_result_clear(&res);
+  assert_int_equal(kill(pid, SIGCONT), 0);
+  assert_int_equal(idem_sync_run(s, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  assert_int_equal(res.fence, 1);
+  idem_result_clear(&res);
+  kill(pid, SIGKILL);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_all_completed(s, "ko", 200);
+  idem_sync_close(s);
+}
+
 /* log=off: no log file, every batch an LMDB commit, as before the log */
 static void log_off_commits_each_batch_to_lmdb(void **state) {
   (void)state;
@@ -1194,6 +1235,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(records_survive_a_reopen),
       cmocka_unit_test(a_refused_batch_is_never_replayed),
       cmocka_unit_test(a_refused_batch_does_not_come_back_at_the_next_owner),
+      cmocka_unit_test(a_stopped_owner_times_a_guest_out),
       cmocka_unit_test(concurrent_writes_share_commits),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
