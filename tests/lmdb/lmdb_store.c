@@ -1044,12 +1044,9 @@ static int owner_main(const char *path) {
     pause();
 }
 
-/* A process waiting as a guest when the owner dies takes the log over and
- * replays what LMDB lacked. */
-static void a_guest_takes_over_from_a_killed_owner(void **state) {
-  (void)state;
-  char p[300];
-  fresh_path(p, sizeof p);
+/* A child process running owner_main on path, once it owns the log and
+ * all its 200 records are acknowledged. */
+static pid_t start_owner(const char *path) {
   int out[2];
   assert_int_equal(pipe(out), 0);
   pid_t pid = fork();
@@ -1057,13 +1054,23 @@ static void a_guest_takes_over_from_a_killed_owner(void **state) {
   if (pid == 0) {
     dup2(out[1], 1);
     close(out[0]);
-    execl("/proc/self/exe", "lmdb_store", "--owner", p, (char *)NULL);
+    execl("/proc/self/exe", "lmdb_store", "--owner", path, (char *)NULL);
     _exit(127);
   }
   close(out[1]);
   char c;
-  assert_int_equal(read(out[0], &c, 1), 1); /* all 200 acknowledged */
+  assert_int_equal(read(out[0], &c, 1), 1);
   close(out[0]);
+  return pid;
+}
+
+/* A process waiting as a guest when the owner dies takes the log over and
+ * replays what LMDB lacked. */
+static void a_guest_takes_over_from_a_killed_owner(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  pid_t pid = start_owner(p);
   idem_sync *s; /* a guest: the child owns the log */
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
   kill(pid, SIGKILL);
@@ -1081,20 +1088,7 @@ static void a_stopped_owner_times_a_guest_out(void **state) {
   (void)state;
   char p[300];
   fresh_path(p, sizeof p);
-  int out[2];
-  assert_int_equal(pipe(out), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    execl("/proc/self/exe", "lmdb_store", "--owner", p, (char *)NULL);
-    _exit(127);
-  }
-  close(out[1]);
-  char c;
-  assert_int_equal(read(out[0], &c, 1), 1); /* the child owns the log */
-  close(out[0]);
+  pid_t pid = start_owner(p);
   idem_sync *s;
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
   assert_int_equal(kill(pid, SIGSTOP), 0);
