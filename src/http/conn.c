@@ -380,7 +380,9 @@ static void process(gw_conn *c) {
     gw_parse_result r = gw_reqparser_feed(&c->rp, c->in.p + c->in_off,
                                           c->in.len - c->in_off, &used);
     c->in_off += used;
-    if (!was_started && c->rp.started && c->timer_mode != T_REQUEST)
+    /* --client-timeout counts from a request's first byte: also on a new
+     * connection, whose deadline from the accept ends here */
+    if (!was_started && c->rp.started)
       timer_set(c, T_REQUEST, c->w->cfg->client_timeout_ms);
     if (r == GW_PARSE_ERROR) {
       int st = c->rp.error_status;

@@ -298,5 +298,21 @@ class KeepAliveDeadlines(GatewayTestCase):
         self.assertGreaterEqual(took, 0.8, "408 %.2fs into a 1 s client timeout" % took)
         self.assertLess(took, 6, "408 after %.1fs with --client-timeout 1s" % took)
 
+    def test_client_timeout_counts_from_the_first_byte_of_a_new_connection(self):
+        # README: --client-timeout is the "time to receive one whole request,
+        # from its first byte": a request whose first byte comes late on a
+        # new connection still has the whole timeout to arrive
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--idle-timeout", "60s", "--client-timeout", "2s")
+        c = RawConn(gw.port, timeout=30)
+        self.addCleanup(c.close)
+        time.sleep(1.5)  # connected, nothing sent yet
+        c.send(b"POST /late HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(1.0)  # 2.5 s after the accept, 1 s after the first byte
+        c.send(b"Content-Length: 0\r\n\r\n")
+        r = c.read_response(timeout=8)
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+
+
 if __name__ == "__main__":
     main()
