@@ -359,8 +359,8 @@ static const upstream_stream spill_cbs = {on_spill_head, on_spill_data, 1};
 
 static void on_upstream(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
-  if (!ex->up_head_ns && up->kind == UP_OK)
-    ex->up_head_ns = uv_hrtime(); /* a failure brought no head: none to time */
+  if (!ex->up_head_ns && up->kind == UP_OK) /* a failure: no answer's head to time */
+    ex->up_head_ns = up->head_ns ? up->head_ns : uv_hrtime();
   gw_metrics_observe(GW_HIST_UPSTREAM, since_us(ex->op_started_ns));
   if (ex->spill.on) { /* on_spill_kept ends it */
     ex->spill.ended = 1;

@@ -89,6 +89,8 @@ static int on_headers_complete(http_parser *p) {
   rp->resp->status = p->status_code;
   if (!status_acceptable(rp, p->status_code) || !transfer_coding_ok(&rp->resp->headers))
     return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
+  if (p->status_code >= 200)
+    rp->resp->head_ns = uv_hrtime(); /* the access log's upstream_ms ends here */
   /* RFC 9112 6.3: an answer to HEAD, and any 1xx, 204 or 304, ends with
    * its head whatever its Content-Length says (a 304 may carry the
    * length of the representation, RFC 9110 8.6): http_parser would wait

@@ -136,6 +136,7 @@ static void retry_fresh(up_conn *c) {
   gw_headers_reset(&n->resp->headers);
   n->resp->body.len = 0;
   n->resp->status = 0;
+  n->resp->head_ns = 0;
   start_request(c->pool, n);
 }
 
@@ -477,6 +478,7 @@ void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
   c->cb = cb;
   c->arg = arg;
   resp->status = 0;
+  resp->head_ns = 0;
   resp->kind = UP_OK;
   if (c->state == UC_IDLE) {
     arm_deadline(c, (uint64_t)pool->opts.timeout_ms);

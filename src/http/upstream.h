@@ -32,6 +32,7 @@ typedef struct {
   gw_headers headers; /* as received, hop-by-hop included */
   gw_buf body;        /* de-chunked */
   int keep_alive;
+  uint64_t head_ns; /* uv_hrtime() when the final answer's head was in; 0: none */
   void *conn; /* internal: the connection while the answer streams */
 } upstream_response;
 

@@ -106,6 +106,20 @@ class AccessLog(GatewayTestCase):
         self.assertEqual((down["outcome"], down["upstream_ms"]), ("upstream_error", None), got)
         self.assertEqual(late["upstream_ms"], None, got)
 
+    def test_upstream_ms_ends_at_the_answer_head_for_keyed_requests_too(self):
+        # README: upstream_ms is "from sending the request upstream to its
+        # answer's head": a kept (buffered) answer whose body comes 1.5 s
+        # after its head is timed to the head, as a streamed one is
+        gw = self.gateway()
+        slow = {"X-Test-Body-Delay-Ms": "1500"}
+        self.assertEqual(gw.request("POST", "/keyed", body=b"x", key="bd", headers=slow).status, 200)
+        self.assertEqual(gw.request("GET", "/streamed", headers=slow).status, 200)
+        got = self.stop_and_read(gw)
+        keyed, streamed = got
+        for line in (keyed, streamed):
+            self.assertLess(line["upstream_ms"], 1000, got)
+            self.assertGreaterEqual(line["total_ms"], 1400, got)
+
     def test_hostile_target_and_key_stay_valid_json(self):
         gw = self.gateway()
         key = 'k"\\}{'

@@ -20,6 +20,7 @@ carried it. Behaviour is chosen per request by headers:
     X-Test-Garbage: 1         answer with bytes that are not HTTP, then close
     X-Test-Reset: 1           read the request, then reset the connection (RST)
     X-Test-Truncate: 1        send the head and half the body, then close
+    X-Test-Body-Delay-Ms: 300 send the head at once, the body this long after
     X-Test-Close-After: 1     answer normally (keep-alive), then close the
                               connection as an idle-timeout would
     X-Test-Bad-Framing: 1     answer with both Content-Length and chunked
@@ -213,6 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload))
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_WR)
+            return
+        if h.get("X-Test-Body-Delay-Ms"):
+            self.send_response(status)
+            for k, v in extra:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(int(h["X-Test-Body-Delay-Ms"]) / 1000.0)
+            self.wfile.write(payload)
+            self.wfile.flush()
             return
         if h.get("X-Test-Truncate"):
             self.close_connection = True
