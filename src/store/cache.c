@@ -97,11 +97,14 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
   evict_to_fit(c);
 }
 
-/* The live entry of key (expired ones are dropped), or NULL. */
+/* The live entry of key (expired ones are dropped), or NULL. A dropped
+ * entry's slot then holds the next entry of its chain, another key's. */
 static centry *lookup(idem_cache *c, const unsigned char *key, size_t klen, int64_t now) {
   idem_hnode **slot = slot_of(c, key, klen);
-  if (*slot && at(slot)->until <= now)
+  if (*slot && at(slot)->until <= now) {
     remove_at(c, slot);
+    return NULL;
+  }
   return at(slot);
 }
 

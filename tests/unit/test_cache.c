@@ -100,6 +100,44 @@ static void trust_ends_with_the_ttl_or_the_record(void **state) {
   expect_trusted_until("memory:1MiB", processing, -1);
 }
 
+/* An expired entry that shares its hash chain with other keys: looking it up
+ * drops it and answers nothing, never the entry that follows it in the chain
+ * (another key's record, replayed for this key). 200 keys of one length
+ * (so another's record decodes) in at most 256 buckets: many chains. Each
+ * record's body names its key. */
+static void an_expired_entry_never_answers_with_another_key(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:1MiB?ttl=1h");
+  char key[16];
+  for (int i = 0; i < 200; i++) {
+    snprintf(key, sizeof key, "k%d", 1000 + i);
+    idem_record rec = finished(1, 1000, 0);
+    rec.response.body = key;
+    rec.response.body_len = strlen(key);
+    idem_cache_put(c, "s", key, &rec, 0);
+  }
+  for (int i = 0; i < 200; i++) { /* live: each its own */
+    snprintf(key, sizeof key, "k%d", 1000 + i);
+    idem_record got;
+    assert_true(idem_cache_get(c, "s", key, 999, &got));
+    assert_int_equal(got.response.body_len, strlen(key));
+    assert_memory_equal(got.response.body, key, strlen(key));
+    idem_record_clear(&got);
+  }
+  for (int i = 0; i < 200; i++) { /* expired: nothing */
+    snprintf(key, sizeof key, "k%d", 1000 + i);
+    idem_record got;
+    int found = idem_cache_get(c, "s", key, 1000, &got);
+    if (found) {
+      print_error("%s answered with %.*s\n", key, (int)got.response.body_len,
+                  got.response.body ? got.response.body : "");
+      idem_record_clear(&got);
+    }
+    assert_false(found);
+  }
+  idem_cache_release(c);
+}
+
 /* A claim is remembered, never answered; its complete of the same fence
  * makes the record; another fence or a forget drops it. */
 static void a_claim_becomes_the_record_its_complete_makes(void **state) {
@@ -190,5 +228,6 @@ static void replays_are_answered_without_the_store(void **state) {
 UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(least_recently_used_goes_when_bytes_run_out),
            cmocka_unit_test(trust_ends_with_the_ttl_or_the_record),
+           cmocka_unit_test(an_expired_entry_never_answers_with_another_key),
            cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
            cmocka_unit_test(replays_are_answered_without_the_store))
