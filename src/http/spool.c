@@ -239,7 +239,8 @@ typedef struct {
   size_t key_len;
   unsigned char *val; /* put: the entry; remove: NULL */
   size_t val_len;
-  uint64_t fence; /* remove: only the entry under this fence */
+  uint64_t fence; /* remove, or a put with replace: only over the entry under this fence */
+  int replace;    /* put: only where the entry still has w->fence (a drain's re-claim) */
   int err;
   gw_spool_cb cb;
   void *arg;
@@ -265,9 +266,9 @@ static void write_work(uv_work_t *req) {
     w->err = mdb_to_idem(rc);
     return;
   }
-  if (w->val)
+  if (w->val && (!w->replace || same_fence(txn, w)))
     rc = mdb_put(txn, sp->dbi, &k, &v, 0);
-  else if (same_fence(txn, w))
+  else if (!w->val && same_fence(txn, w))
     rc = mdb_del(txn, sp->dbi, &k, NULL);
   size_t n = count_entries(sp, txn);
   if (rc) {
@@ -407,6 +408,40 @@ static void item_submit(drain_item *it);
  * away (an outage longer than --ttl, or twice --lock-ttl) and the key is
  * free. Claimed again with the answer's fingerprint: in the last case the
  * answer is kept under the new fence, so no retry runs the request again. */
+static void on_refenced(void *arg, int err) {
+  drain_item *it = arg;
+  (void)err; /* not rewritten: the complete is tried all the same */
+  item_submit(it);
+}
+
+/* The entry now stands for the re-claimed fence: rewritten in the spool
+ * before its complete is sent, so that a complete that fails (the store
+ * away again, this gateway killed) is tried again under that fence by the
+ * next round or the next start, instead of being refused as stale and then
+ * dropped for the lease this very re-claim holds. */
+static void item_refence(drain_item *it, uint64_t fence) {
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .scope = it->scope, .key = it->name,
+                .fence = fence, .ttl_ms = it->e.ttl_ms, .response = it->e.rec.response};
+  spool_write *w = calloc(1, sizeof *w);
+  if (w)
+    w->val = entry_encode(&op, it->e.rec.fingerprint, &w->val_len);
+  if (!w || !w->val) {
+    free(w);
+    item_submit(it);
+    return;
+  }
+  memcpy(w->key, it->key, it->key_len);
+  w->key_len = it->key_len;
+  w->fence = it->e.rec.fence;
+  w->replace = 1;
+  w->cb = on_refenced;
+  w->arg = it;
+  it->reclaimed = fence;
+  it->e.rec.fence = fence; /* removed under it once drained */
+  if (queue_write(it->round->sp, it->round->loop, w))
+    item_submit(it);
+}
+
 static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   drain_item *it = arg;
   (void)st;
@@ -415,8 +450,7 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
     return;
   }
   if (res->outcome == IDEM_CLAIMED) {
-    it->reclaimed = res->fence;
-    item_submit(it);
+    item_refence(it, res->fence);
     return;
   }
   if (res->outcome != IDEM_REPLAY)

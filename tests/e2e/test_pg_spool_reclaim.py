@@ -1,0 +1,82 @@
+"""test_pg_spool_reclaim.py - an answer that waited in the spool through an
+outage longer than its record's retention is kept under the fence the drain
+claims for it, even when the store fails again between that claim and the
+complete: the next drain round completes it under that fence, instead of
+finding the key held by its own claim and dropping the answer that the
+client already has.
+
+Runs itself under tests/support/with-postgres.sh when IDEM_TEST_PG_URI is
+unset. The second failure is a trigger that refuses, while the test wants,
+the complete of the key under a fence of 2 or more (the drain's claim).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pg_server  # noqa: E402
+
+if __name__ == "__main__":
+    pg_server.under_postgres(__file__)
+
+from harness import GatewayTestCase, main, run_idem, wait_for  # noqa: E402
+
+KEY = "spooled-reclaim"
+
+
+def spool_entries(gw):
+    m = re.search(r"^idem_spool_entries (\d+)", gw.admin_request("GET", "/metrics").body.decode(), re.M)
+    return int(m.group(1)) if m else -1
+
+
+class SpoolReclaim(GatewayTestCase):
+
+    def test_a_reclaimed_entry_survives_a_failed_complete(self):
+        uri = os.environ["IDEM_TEST_PG_URI"]
+        rc, out, err = run_idem(["migrate", "--store", uri])
+        self.assertEqual(rc, 0, err)
+        pg_server.psql("DROP TABLE IF EXISTS blip; CREATE TABLE blip(on_ boolean); INSERT INTO blip VALUES (true);")
+        pg_server.psql("CREATE OR REPLACE FUNCTION blip() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                       "BEGIN IF (SELECT on_ FROM blip) THEN RAISE EXCEPTION 'store blip'; END IF; "
+                       "RETURN NEW; END $$;")
+        pg_server.psql("CREATE TRIGGER blip BEFORE UPDATE ON idem_records FOR EACH ROW WHEN "
+                       "(NEW.key = '%s' AND NEW.state <> 1 AND NEW.fence >= 2) EXECUTE FUNCTION blip();" % KEY)
+        self.addCleanup(pg_server.psql, "DROP TRIGGER IF EXISTS blip ON idem_records")
+        up = self.start_upstream()
+        # a processing record is kept max(ttl, 2 leases): 3s here
+        gw = self.start_gateway(up, "--lock-ttl", "1s", "--ttl", "3s", "--upstream-timeout", "1s",
+                                "--workers", "1", store=uri + "?timeout=1s", admin=True)
+        first = {}
+        t = threading.Thread(target=lambda: first.setdefault("r", gw.request(
+            "POST", "/pay", body=b"{}", key=KEY, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
+        t.start()
+        wait_for(lambda: up.count(KEY) == 1, 10, what="the request at the upstream")
+        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
+        t_down = time.monotonic()
+        t.join(30)
+        r1 = first["r"]
+        self.assertEqual(r1.status, 200, "%r\n%s" % (r1, self.gw_log()))
+        self.assertEqual(spool_entries(gw), 1, self.gw_log())
+        # away past the processing record's retention: the drain's complete is stale,
+        # its claim takes the key again (fence 2) and that complete fails once more
+        time.sleep(max(0.0, 4.0 - (time.monotonic() - t_down)))
+        subprocess.run([os.environ["IDEM_TEST_PG_START"]], check=True, timeout=60)
+        wait_for(lambda: pg_server.psql("SELECT fence FROM idem_records WHERE key = '%s'" % KEY) == "2",
+                 15, what="the drain's claim of the key (fence 2)")
+        time.sleep(1.0)  # a few drain rounds while the complete fails
+        pg_server.psql("UPDATE blip SET on_ = false")  # the store is well again
+        wait_for(lambda: spool_entries(gw) == 0, 15, what="the spool drained")
+        r2 = gw.request("POST", "/pay", body=b"{}", key=KEY, timeout=10)
+        self.assertEqual(r2.status, 200, "the answer the client got was lost: %r\n%s" % (r2, self.gw_log()))
+        self.assertTrue(r2.replayed, repr(r2))
+        self.assertEqual(r2.body, r1.body)
+        self.assertEqual(up.count(KEY), 1)
+        self.assertEqual(pg_server.psql("SELECT state, fence FROM idem_records WHERE key = '%s'" % KEY), "2|2")
+
+
+if __name__ == "__main__":
+    main()
