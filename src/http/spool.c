@@ -457,6 +457,11 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
     fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): another request holds the key "
                     "now; entry dropped\n",
             it->name, (unsigned long long)it->e.rec.fence);
+  else if (res->record && res->record->fence != it->e.rec.fence)
+    fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): another request ran it again "
+                    "(fence %llu) and its answer is kept; entry dropped\n",
+            it->name, (unsigned long long)it->e.rec.fence,
+            (unsigned long long)res->record->fence);
   item_remove(it);
 }
 

@@ -12,6 +12,7 @@ the complete of the key under a fence of 2 or more (the drain's claim).
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -76,6 +77,40 @@ class SpoolReclaim(GatewayTestCase):
         self.assertEqual(r2.body, r1.body)
         self.assertEqual(up.count(KEY), 1)
         self.assertEqual(pg_server.psql("SELECT state, fence FROM idem_records WHERE key = '%s'" % KEY), "2|2")
+
+    def test_a_spooled_answer_another_gateway_ran_again_is_dropped_with_a_line(self):
+        """The window the README admits: the store away past the lease, another
+        gateway takes the key and keeps its answer before this one drains. The
+        entry then meets a replay of that other run's answer: dropped, and said."""
+        uri = os.environ["IDEM_TEST_PG_URI"]
+        rc, out, err = run_idem(["migrate", "--store", uri])
+        self.assertEqual(rc, 0, err)
+        key = "spooled-rerun"
+        up = self.start_upstream()
+        flags = ("--lock-ttl", "1s", "--upstream-timeout", "1s", "--workers", "1")
+        gw1 = self.start_gateway(up, *flags, store=uri + "?timeout=1s", admin=True)
+        gw2 = self.start_gateway(up, *flags, store=uri + "?timeout=1s", admin=True)
+        first = {}
+        t = threading.Thread(target=lambda: first.setdefault("r", gw1.request(
+            "POST", "/pay", body=b"{}", key=key, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
+        t.start()
+        wait_for(lambda: up.count(key) == 1, 10, what="the request at the upstream")
+        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
+        t.join(30)
+        self.assertEqual(first["r"].status, 200, self.gw_log())
+        gw1.signal(signal.SIGSTOP)  # paused: it cannot drain before gw2 runs the key again
+        self.addCleanup(lambda: gw1.alive() and gw1.signal(signal.SIGCONT))
+        time.sleep(1.5)
+        subprocess.run([os.environ["IDEM_TEST_PG_START"]], check=True, timeout=60)
+        r2 = wait_for(lambda: (lambda r: r if r.status == 200 else None)(
+            gw2.request("POST", "/pay", body=b"{}", key=key, timeout=10)), 20, interval=0.1,
+            what="the key run again at gw2")
+        self.assertEqual(up.count(key), 2)
+        self.assertNotEqual(r2.body, first["r"].body)
+        gw1.signal(signal.SIGCONT)
+        wait_for(lambda: spool_entries(gw1) == 0, 20, what="gw1's spool drained")
+        wait_for(lambda: "another request ran it again (fence 2)" in gw1.stderr(), 5,
+                 what="the dropped entry said on stderr:\n" + gw1.stderr()[-2000:])
 
 
 if __name__ == "__main__":
