@@ -453,9 +453,17 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
     item_refence(it, res->fence);
     return;
   }
-  if (res->outcome != IDEM_REPLAY)
-    fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): another request holds the key "
-                    "now; entry dropped\n",
+  if (res->outcome == IDEM_BUSY) {
+    /* Kept for the next round: the holder may release the key or let its
+     * lease end (then this answer is kept), or keep an answer of its own
+     * (then a replay drops this entry). The holder may also be this
+     * gateway's own re-claim, made just before it was killed. */
+    item_finish(it, 0);
+    return;
+  }
+  if (res->outcome == IDEM_MISMATCH)
+    fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): the key was used again with "
+                    "another request; entry dropped\n",
             it->name, (unsigned long long)it->e.rec.fence);
   else if (res->record && res->record->fence != it->e.rec.fence)
     fprintf(stderr, "idem serve: spool: key '%s' (fence %llu): another request ran it again "

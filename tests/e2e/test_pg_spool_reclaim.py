@@ -112,6 +112,53 @@ class SpoolReclaim(GatewayTestCase):
         wait_for(lambda: "another request ran it again (fence 2)" in gw1.stderr(), 5,
                  what="the dropped entry said on stderr:\n" + gw1.stderr()[-2000:])
 
+    def test_a_spooled_answer_waits_while_another_request_holds_the_key(self):
+        """Another gateway holds the key when this one drains (it took the key
+        over after the lease and is still running it): the entry waits, and
+        once that run releases the key (a 500) this answer is kept, so a
+        retry anywhere replays the answer the first client got."""
+        uri = os.environ["IDEM_TEST_PG_URI"]
+        rc, out, err = run_idem(["migrate", "--store", uri])
+        self.assertEqual(rc, 0, err)
+        key = "spooled-busy"
+        up = self.start_upstream()
+        gw1 = self.start_gateway(up, "--lock-ttl", "1s", "--upstream-timeout", "1s",
+                                 "--workers", "1", store=uri + "?timeout=1s", admin=True)
+        gw2 = self.start_gateway(up, "--lock-ttl", "10s", "--upstream-timeout", "8s",
+                                 "--workers", "1", store=uri + "?timeout=1s", admin=True)
+        first = {}
+        t = threading.Thread(target=lambda: first.setdefault("r", gw1.request(
+            "POST", "/pay", body=b"{}", key=key, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
+        t.start()
+        wait_for(lambda: up.count(key) == 1, 10, what="the request at the upstream")
+        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
+        t.join(30)
+        self.assertEqual(first["r"].status, 200, self.gw_log())
+        gw1.signal(signal.SIGSTOP)  # it cannot drain before gw2 holds the key
+        self.addCleanup(lambda: gw1.alive() and gw1.signal(signal.SIGCONT))
+        subprocess.run([os.environ["IDEM_TEST_PG_START"]], check=True, timeout=60)
+        second = {}
+
+        def run_at_gw2():  # a takeover once the lease is over; it fails and releases
+            while True:
+                r = gw2.request("POST", "/pay", body=b"{}", key=key, timeout=30,
+                                headers={"X-Test-Delay-Ms": "3000", "X-Test-Status": "500"})
+                if r.status not in (409, 503):
+                    second["r"] = r
+                    return
+                time.sleep(0.1)
+        t2 = threading.Thread(target=run_at_gw2)
+        t2.start()
+        wait_for(lambda: up.count(key) == 2, 20, what="gw2 running the key")
+        gw1.signal(signal.SIGCONT)  # drains while gw2 holds the key
+        t2.join(30)
+        self.assertEqual(second["r"].status, 500, self.gw_log())
+        wait_for(lambda: spool_entries(gw1) == 0, 20, what="gw1's spool drained")
+        r3 = gw2.request("POST", "/pay", body=b"{}", key=key, timeout=10)
+        self.assertTrue(r3.replayed, "%r\n%s" % (r3, gw1.stderr()[-2000:]))
+        self.assertEqual(r3.body, first["r"].body)
+        self.assertEqual(up.count(key), 2)
+
 
 if __name__ == "__main__":
     main()
