@@ -30,11 +30,16 @@ typedef struct idem_req idem_req;
  * a shared cache (store_cache.c, redis_cache.c); never from the public API.
  *   CACHE_GET  the finished record kept for (scope, key): result.record, or
  *              IDEM_ENOTFOUND
- *   CACHE_PUT  keep response.body (an encoded finished record) for ttl_ms
- *   CACHE_DEL  drop it */
+ *   CACHE_PUT  keep response.body (an encoded finished record) for ttl_ms,
+ *              unless a CACHE_BURY's tombstone is there
+ *   CACHE_DEL  drop it
+ *   CACHE_BURY drop it, and keep fills out for a while (a delete's: a fill
+ *              from a replay the store answered just before the delete may
+ *              arrive after it) */
 #define IDEM_OP_CACHE_GET ((idem_op_kind)100)
 #define IDEM_OP_CACHE_PUT ((idem_op_kind)101)
 #define IDEM_OP_CACHE_DEL ((idem_op_kind)102)
+#define IDEM_OP_CACHE_BURY ((idem_op_kind)103)
 
 struct idem_req {
   idem_op op;        /* deep copy: strings live in storage[] */

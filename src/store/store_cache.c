@@ -91,11 +91,13 @@ static void ignore(idem_store *s, const idem_result *res, void *arg) {
   (void)s, (void)res, (void)arg;
 }
 
-/* The shared cache's copy of (scope, key) goes. */
+/* The shared cache's copy of (scope, key) goes; after a delete, under a
+ * tombstone (backend.h). */
 static void shared_forget(idem_store *store, const idem_op *op) {
   if (!store->cache_store)
     return;
-  idem_op del = {.kind = IDEM_OP_CACHE_DEL, .scope = op->scope, .key = op->key};
+  idem_op del = {.kind = op->kind == IDEM_OP_DELETE ? IDEM_OP_CACHE_BURY : IDEM_OP_CACHE_DEL,
+                 .scope = op->scope, .key = op->key};
   idem_store_submit_internal(store->cache_store, &del, ignore, NULL);
 }
 
@@ -118,7 +120,7 @@ static int answer(idem_store *store, idem_req *req) {
     idem_cache_forget(store->cache, req->op.scope, req->op.key);
     if (!store->cache_store)
       return 0;
-    idem_op del = {.kind = IDEM_OP_CACHE_DEL, .scope = req->op.scope, .key = req->op.key};
+    idem_op del = {.kind = IDEM_OP_CACHE_BURY, .scope = req->op.scope, .key = req->op.key};
     if (idem_store_submit_internal(store->cache_store, &del, on_shared_dropped, req) == 0)
       return 1;
     idem_req_fail(req, IDEM_ESTORE);
