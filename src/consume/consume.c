@@ -65,6 +65,7 @@ typedef struct cs_job {
   idem_queue linked; /* in f->jobs */
   idem_queue queued; /* in f->ready while it waits for a slot, else alone */
   uint64_t reclaim_until; /* a stale answer's claim is asked again until then */
+  uint64_t busy_until;    /* ... and, while another delivery holds the key, until then */
   int at_handler;    /* holds one of the --concurrency slots */
 } cs_job;
 
@@ -377,7 +378,30 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
     keep(j);
     return;
   }
-  settle_ack(j, NULL, CS_OUT_EXECUTED);
+  if (res->outcome == IDEM_BUSY) {
+    /* another delivery holds the key (often the takeover of this very
+     * message): its answer is not kept yet, and it may still fail or die.
+     * An ack now would leave the key with no answer and the message gone:
+     * ask again as its lease ends; past a few leases, leave the message
+     * to the broker (not acked): it replays once an answer is kept. */
+    uint64_t now = uv_now(&f->loop);
+    int64_t wait = res->retry_after_ms > 0 && res->retry_after_ms < f->cfg->retry_delay_ms
+                       ? res->retry_after_ms
+                       : f->cfg->retry_delay_ms;
+    if (!f->stopping && now + (uint64_t)wait < j->busy_until) {
+      keep_at_broker(j); /* held here meanwhile, as any job with no lease */
+      hold(j, wait + 1, reclaim);
+      return;
+    }
+    settle_later(j, wait, CS_OUT_BUSY, 1);
+    return;
+  }
+  /* the other delivery's answer is kept: it is this message's answer too
+   * (reply_to gets it, as on any replay) */
+  const idem_response *rr = res->outcome == IDEM_REPLAY && res->record ? &res->record->response : NULL;
+  cs_answer a = {.status = rr ? rr->status : 0, .body = rr ? rr->body : NULL,
+                 .body_len = rr ? rr->body_len : 0, .replayed = 1};
+  settle_ack(j, rr ? &a : NULL, CS_OUT_EXECUTED);
 }
 
 static void reclaim(cs_job *j) { claim_then(j, on_reclaimed); }
@@ -388,16 +412,26 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   (void)st;
   cs_metrics_observe(CS_HIST_COMPLETE, since_us(j->op_ns));
   note_store(f, res->err == IDEM_ESTORE || res->err == IDEM_ETIMEDOUT ? res->err : 0);
-  if (res->err == IDEM_ESTALE && !j->reclaimed) {
-    j->reclaimed = 1;
-    j->reclaim_until = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
-    reclaim(j);
+  if (res->err == IDEM_ESTALE) {
+    /* the lease was taken over: claim again (on_reclaimed); never an ack
+     * with no answer kept */
+    if (!j->reclaimed) {
+      /* a lease's time for the store to answer; a holder found busy is
+       * waited for up to a few of its leases (on_reclaimed) */
+      j->reclaimed = 1;
+      j->reclaim_until = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
+      j->busy_until = uv_now(&f->loop) + 4 * (uint64_t)f->cfg->lock_ttl_ms;
+    }
+    if (!f->stopping && uv_now(&f->loop) < j->reclaim_until) {
+      reclaim(j);
+      return;
+    }
+    settle_later(j, f->cfg->retry_delay_ms, CS_OUT_BUSY, 1);
     return;
   }
-  if (!res->err || res->err == IDEM_ESTALE) {
-    /* stale: the lease was taken over, and the other answer is the one kept */
+  if (!res->err) {
     cs_answer a = kept_answer(j);
-    settle_ack(j, res->err ? NULL : &a, CS_OUT_EXECUTED);
+    settle_ack(j, &a, CS_OUT_EXECUTED);
     return;
   }
   if (res->err == IDEM_EFULL && !j->keep_marker) {

@@ -226,6 +226,25 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual(replies[0][1], replies[1][1])
         self.assertIn(b'"key":"k1"', replies[0][1])
 
+    def test_a_stale_answer_that_replays_still_answers_reply_to(self):
+        # the first message runs past its lease; its duplicate, parked here,
+        # claims when the lease ends and is answered first. The first's answer
+        # comes back stale and finds the key completed: that kept answer goes
+        # to its reply_to too (as on any replay), not an ack with no answer
+        c = AmqpClient(self.server.port)
+        c.declare("replies-" + self.queue)
+        self.h.script = {"k1": [(200, 3.0), (200, 0)]}
+        self.consumer("--lock-ttl", "2s", "--handler-timeout", "8s")
+        c.publish_many(self.queue, [("x", {"message_id": "k1", "reply_to": "replies-" + self.queue,
+                                           "correlation_id": "c-%d" % i}) for i in range(2)])
+        self.wait_settled(40)
+        replies = []
+        wait_for(lambda: replies.extend(c.get_all("replies-" + self.queue)) or len(replies) >= 2,
+                 10, what="both answers")
+        c.close()
+        self.assertEqual(sorted(r[0]["correlation_id"] for r in replies), ["c-0", "c-1"])
+        self.assertEqual({r[0]["headers"]["x-idem-status"] for r in replies}, {"200"})
+
     def test_sigterm_cancels_the_consumer_and_what_comes_after_counts_no_delivery(self):
         # two run, two wait on the server (--prefetch 0). On SIGTERM the
         # consumer is cancelled: an ack of the drain must not bring the next
