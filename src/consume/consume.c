@@ -337,8 +337,14 @@ static void claim_then(cs_job *j, idem_cb cb);
 static int retry_store_until(cs_job *j, uint64_t until, void (*then)(cs_job *j)) {
   cs_flow *f = j->f;
   int64_t wait = backoff_ms(f->cfg, ++j->store_tries);
-  if (f->stopping || uv_now(&f->loop) + (uint64_t)wait >= until)
+  uint64_t now = uv_now(&f->loop);
+  if (f->stopping || now + 20 >= until)
     return 0;
+  /* a backoff that would pass the end tries again before it instead: an
+   * outage shorter than the lease must not cost a second run for want of
+   * a try once the store is back */
+  if (now + (uint64_t)wait >= until)
+    wait = (int64_t)(until - now) / 2;
   hold(j, wait, then);
   return 1;
 }

@@ -80,6 +80,27 @@ class Outcomes(ConsumeCase, OutcomeTests):
         self.assertEqual(self.h.successes("k1"), 2)  # the takeover ran it again, fence 2
         self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1", "2"])
 
+    def test_a_complete_refused_by_a_short_store_outage_is_tried_again_within_the_lease(self):
+        # the store goes away as the handler answers, 2.5 s into a 4 s lease,
+        # for 0.3 s. --retry-delay 2s would put the next try past the lease:
+        # it is tried before the lease ends instead, so the answer is kept
+        # and the message runs once (not again after the lease, fence 2)
+        from redis_server import RedisServer
+        store = RedisServer(aof=True).start()
+        self.addCleanup(store.cleanup)
+        self.h.delay = {"k1": 2.5}
+        self.consumer("--lock-ttl", "4s", "--handler-timeout", "3s", "--retry-delay", "2s",
+                      "--max-retry-delay", "2s", store=store.uri)
+        self.publish([{"message_id": "k1", "body": "x"}])
+        wait_for(lambda: self.h.active >= 1, 20, what="the handler running")
+        time.sleep(2.4)  # the outage starts as the handler answers (not a wait for a condition)
+        store.kill()
+        time.sleep(0.3)  # the outage
+        store.start()
+        self.wait_settled(30)
+        time.sleep(5)  # a second run would come after the lease
+        self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1"])
+
     def test_readyz_asks_the_store_with_no_message_coming(self):
         from redis_server import RedisServer
         store = RedisServer().start()
