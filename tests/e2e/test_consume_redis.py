@@ -77,8 +77,10 @@ class Outcomes(ConsumeCase, OutcomeTests):
         self.publish([{"message_id": "k1", "body": "x"}, {"message_id": "k1", "body": "x"}])
         self.wait_settled(30)
         self.assertTrue(c.alive(), c.stderr())
-        self.assertEqual(self.h.successes("k1"), 2)  # the takeover ran it again, fence 2
-        self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1", "2"])
+        why = "%r\n%s" % ([(a["fence"], a["status"]) for a in self.h.attempts("k1")],
+                           c.stderr()[-3000:])
+        self.assertEqual(self.h.successes("k1"), 2, why)  # the takeover ran it again, fence 2
+        self.assertEqual([a["fence"] for a in self.h.attempts("k1")], ["1", "2"], why)
 
     def test_a_complete_refused_by_a_short_store_outage_is_tried_again_within_the_lease(self):
         # the store goes away as the handler answers, 2.5 s into a 4 s lease,
