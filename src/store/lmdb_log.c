@@ -56,6 +56,7 @@
 #define OWN_BYTE 0
 #define ASK_BYTE 1
 #define ACQUIRE_WAIT_MS 5000 /* how long a guest waits for the log */
+#define ASKER_GRACE_MS 50    /* how long a free log is left to another asker */
 
 static int lock_byte(int fd, int cmd, short type, off_t byte) {
   struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
@@ -65,10 +66,13 @@ static int lock_byte(int fd, int cmd, short type, off_t byte) {
   return rc;
 }
 
-int lmdb_log_requested(lmdb_env *e) {
-  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = ASK_BYTE, .l_len = 1};
-  return fcntl(e->log_fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+/* Whether byte is locked by another open file description. */
+static int locked_elsewhere(int fd, off_t byte) {
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1};
+  return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
+
+int lmdb_log_requested(lmdb_env *e) { return locked_elsewhere(e->log_fd, ASK_BYTE); }
 
 static int write_all(int fd, const void *p, size_t len, uint64_t off) {
   const unsigned char *b = p;
@@ -255,27 +259,39 @@ void lmdb_log_close(lmdb_env *e) {
 /* Byte 0, within ACQUIRE_WAIT_MS: 0, or errno (ETIMEDOUT). Polled, not
  * waited for with F_OFD_SETLKW: an owner that is stopped (a Ctrl-Z'd `idem
  * keys`, a SIGSTOP) never lets go, and a wait without end would hang
- * every operation of this process. A free byte 0 is taken even while
- * another process holds byte 1 (asked and then stopped before it got the
- * log); that process gets the log at the next hand-over. */
+ * every operation of this process.
+ *
+ * Byte 1 first, as before: the owner hands the log over when it sees byte
+ * 1 taken, and an owner that just did so must ask in turn, behind this
+ * process, or it would take the log straight back at its next batch and
+ * starve every guest. While another process holds byte 1 it goes first;
+ * but one that leaves byte 0 free for ASKER_GRACE_MS (stopped between its
+ * two locks) is passed by. */
 static int own_within(int fd) {
-  int64_t until = lmdb_mono_us() + ACQUIRE_WAIT_MS * 1000;
+  int64_t now = lmdb_mono_us(), until = now + ACQUIRE_WAIT_MS * 1000, free_since = -1;
   int asked = 0, err = 0;
   for (;;) {
-    if (lock_byte(fd, F_OFD_SETLK, F_WRLCK, OWN_BYTE) == 0)
-      break;
-    if (errno != EAGAIN && errno != EACCES) {
-      err = errno;
-      break;
+    if (!asked && lock_byte(fd, F_OFD_SETLK, F_WRLCK, ASK_BYTE) == 0)
+      asked = 1;
+    else if (!asked && errno != EAGAIN && errno != EACCES)
+      return errno;
+    if (asked || (free_since >= 0 && now - free_since >= ASKER_GRACE_MS * 1000)) {
+      if (lock_byte(fd, F_OFD_SETLK, F_WRLCK, OWN_BYTE) == 0)
+        break;
+      if (errno != EAGAIN && errno != EACCES) {
+        err = errno;
+        break;
+      }
     }
-    if (!asked) /* tells the owner to hand the log over (lmdb_log_requested) */
-      asked = lock_byte(fd, F_OFD_SETLK, F_WRLCK, ASK_BYTE) == 0;
-    if (lmdb_mono_us() >= until) {
+    if (!asked)
+      free_since = locked_elsewhere(fd, OWN_BYTE) ? -1 : free_since >= 0 ? free_since : now;
+    if ((now = lmdb_mono_us()) >= until) {
       err = ETIMEDOUT;
       break;
     }
     struct timespec pause = {0, 1000000};
     nanosleep(&pause, NULL);
+    now = lmdb_mono_us();
   }
   if (asked)
     lock_byte(fd, F_OFD_SETLK, F_UNLCK, ASK_BYTE);

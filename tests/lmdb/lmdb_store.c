@@ -1044,9 +1044,9 @@ static int owner_main(const char *path) {
     pause();
 }
 
-/* A child process running owner_main on path, once it owns the log and
- * all its 200 records are acknowledged. */
-static pid_t start_owner(const char *path) {
+/* A child process running `lmdb_store MODE path` (--owner: owner_main,
+ * --hammer: hammer_main), once it owns the log and says so. */
+static pid_t start_child(const char *mode, const char *path) {
   int out[2];
   assert_int_equal(pipe(out), 0);
   pid_t pid = fork();
@@ -1054,7 +1054,7 @@ static pid_t start_owner(const char *path) {
   if (pid == 0) {
     dup2(out[1], 1);
     close(out[0]);
-    execl("/proc/self/exe", "lmdb_store", "--owner", path, (char *)NULL);
+    execl("/proc/self/exe", "lmdb_store", mode, path, (char *)NULL);
     _exit(127);
   }
   close(out[1]);
@@ -1070,7 +1070,7 @@ static void a_guest_takes_over_from_a_killed_owner(void **state) {
   (void)state;
   char p[300];
   fresh_path(p, sizeof p);
-  pid_t pid = start_owner(p);
+  pid_t pid = start_child("--owner", p);
   idem_sync *s; /* a guest: the child owns the log */
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
   kill(pid, SIGKILL);
@@ -1088,7 +1088,7 @@ static void a_stopped_owner_times_a_guest_out(void **state) {
   (void)state;
   char p[300];
   fresh_path(p, sizeof p);
-  pid_t pid = start_owner(p);
+  pid_t pid = start_child("--owner", p);
   idem_sync *s;
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
   assert_int_equal(kill(pid, SIGSTOP), 0);
@@ -1106,6 +1106,52 @@ static void a_stopped_owner_times_a_guest_out(void **state) {
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_all_completed(s, "ko", 200);
   idem_sync_close(s);
+}
+
+/* --hammer PATH: claims distinct keys back to back, owning the log. */
+static int hammer_main(const char *path) {
+  idem_sync *s;
+  if (idem_sync_open(uri_of(path, NULL), &s, NULL))
+    return 10;
+  if (write(1, "x", 1) != 1)
+    return 12;
+  char key[32];
+  for (unsigned i = 0;; i++) {
+    snprintf(key, sizeof key, "h-%u", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    idem_result res;
+    if (idem_sync_run(s, &op, &res) == 0)
+      idem_result_clear(&res);
+  }
+}
+
+/* An owner busy with work hands the log over and must ask for it back
+ * behind the guest that asked first: it never takes it straight back and
+ * starves the guest into timeouts. */
+static void a_busy_owner_does_not_starve_a_guest(void **state) {
+  (void)state;
+  char p[300];
+  fresh_path(p, sizeof p);
+  pid_t pid = start_child("--hammer", p);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
+  int claimed = 0;
+  for (int i = 0; i < 8; i++) {
+    char key[32];
+    usleep(100000); /* long enough for the owner to have the log back */
+    snprintf(key, sizeof key, "guest-%d", i);
+    idem_op op = claim_op(NULL, key, TTL_LONG_MS);
+    idem_result res;
+    if (idem_sync_run(s, &op, &res) == 0) {
+      claimed += res.outcome == IDEM_CLAIMED;
+      idem_result_clear(&res);
+    }
+  }
+  kill(pid, SIGKILL); /* before any assert: a failed one leaves no child behind */
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  idem_sync_close(s);
+  assert_int_equal(claimed, 8);
 }
 
 /* log=off: no log file, every batch an LMDB commit, as before the log */
@@ -1220,6 +1266,8 @@ int main(int argc, char **argv) {
     return claim_k_main(argv[2]);
   if (argc == 3 && !strcmp(argv[1], "--owner"))
     return owner_main(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "--hammer"))
+    return hammer_main(argv[2]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_uris_are_refused),
       cmocka_unit_test(uncreatable_path_is_a_clear_error),
@@ -1230,6 +1278,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(a_refused_batch_is_never_replayed),
       cmocka_unit_test(a_refused_batch_does_not_come_back_at_the_next_owner),
       cmocka_unit_test(a_stopped_owner_times_a_guest_out),
+      cmocka_unit_test(a_busy_owner_does_not_starve_a_guest),
       cmocka_unit_test(concurrent_writes_share_commits),
       cmocka_unit_test(zeroed_space_ahead_without_a_stat_per_commit),
       cmocka_unit_test(replays_do_not_go_through_the_writer),
