@@ -374,12 +374,31 @@ static int unreserved(int c) {
   return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-/* Whether the path has what route_path changes: a %XX or a "/." */
+/* Whether the path has what route_path changes: a %XX, a ";", a "/." or
+ * a "//". */
 static int needs_normal(const char *p, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (p[i] == '%' || (p[i] == '.' && i && p[i - 1] == '/'))
+    if (p[i] == '%' || p[i] == ';' || (i && p[i - 1] == '/' && (p[i] == '.' || p[i] == '/')))
       return 1;
   return 0;
+}
+
+/* In place: runs of "/" as one, and each segment's ";parameters" gone
+ * (nginx merges slashes; Tomcat and Spring drop path parameters). Returns
+ * the new length. */
+static size_t merge_segments(char *path, size_t n) {
+  size_t w = 0;
+  for (size_t r = 0; r < n; r++) {
+    if (path[r] == ';') {
+      while (r + 1 < n && path[r + 1] != '/')
+        r++;
+      continue;
+    }
+    if (path[r] == '/' && w && path[w - 1] == '/')
+      continue;
+    path[w++] = path[r];
+  }
+  return w;
 }
 
 /* RFC 3986 5.2.4 on path[0..n), in place: "." and ".." segments go, each
@@ -410,7 +429,8 @@ static size_t remove_dot_segments(char *path, size_t n) {
 
 /* The path routes are matched against, as the upstream will read it:
  * percent-encoded unreserved characters decoded (RFC 3986 6.2.2.2: "%70"
- * is "p"), then dot-segments removed. Otherwise "/v1/%70ayments/p1" or
+ * is "p"), repeated slashes merged and path parameters dropped, then
+ * dot-segments removed. Otherwise "/v1/%70ayments/p1" or
  * "/internal/../v1/payments/p1" would slip past a payments route to the
  * defaults, or to a route with mode off. Encoded reserved characters
  * ("%2F") stay as they are. out has room for n bytes; returns its length. */
@@ -426,7 +446,7 @@ static size_t route_path(const char *p, size_t n, char *out) {
       out[o++] = p[i];
     }
   }
-  return o && out[0] == '/' ? remove_dot_segments(out, o) : o;
+  return o && out[0] == '/' ? remove_dot_segments(out, merge_segments(out, o)) : o;
 }
 
 static const gw_route *match_path(const gw_routes *t, const char *method, const char *path,

@@ -121,6 +121,11 @@ static void test_first_match_wins(void **state) {
       {"/v1/payments/p1%", 1},
       {"/v1/payments/p1%4", 1},
       {"/v1/payments/%zz", 1},
+      {"/v1//payments/p1", 1},
+      {"//v1///payments/p1", 1},
+      {"/v1/payments;jsessionid=x/p1", 1},
+      {"/v1;a=b/payments/p1;c", 1},
+      {"/v1/payments/p1/;/..", 1}, /* "/v1/payments/p1/" then ".." */
   };
   for (size_t i = 0; i < sizeof normal / sizeof normal[0]; i++) {
     const char *n = normal[i].target;
