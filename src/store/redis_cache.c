@@ -1,8 +1,8 @@
 /*
  * redis_cache.c - a redis:// store serving as the cache tier shared by
  * gateways (--cache redis://...): the IDEM_OP_CACHE_* operations of
- * backend.h as GET, a SET ... PX that yields to a tombstone, DEL, and a
- * tombstone SET ... PX of encoded records, under
+ * backend.h as GET, a SET ... PX and a DEL that both yield to a
+ * tombstone, and a tombstone SET ... PX, of encoded records, under
  * "<prefix>:cache:{<scope length>:<scope>:<key>}", apart from any records
  * the same database keeps as a store.
  *
@@ -27,6 +27,11 @@
 static const char fill_script[] =
     "if redis.call('GET', KEYS[1]) == ARGV[3] then return 0 end "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+/* ARGV: the tombstone. A release's drop must not end a delete's tombstone
+ * early: a late fill could then land after all. */
+static const char drop_script[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end "
+    "return redis.call('DEL', KEYS[1])";
 
 static void cache_answered(cmd *c, const redisReply *r) {
   rstore *rs = c->rs;
@@ -50,10 +55,12 @@ static void cache_answered(cmd *c, const redisReply *r) {
 static int cache_command(const idem_op *op, const char *name, char ms[24], const char *argv[7]) {
   switch ((int)op->kind) { /* the cache's kinds are outside idem_op_kind's */
   case IDEM_OP_CACHE_GET:
-  case IDEM_OP_CACHE_DEL:
-    argv[0] = op->kind == IDEM_OP_CACHE_GET ? "GET" : "DEL";
-    argv[1] = name;
+    argv[0] = "GET", argv[1] = name;
     return 2;
+  case IDEM_OP_CACHE_DEL:
+    argv[0] = "EVAL", argv[1] = drop_script, argv[2] = "1", argv[3] = name;
+    argv[4] = TOMBSTONE;
+    return 5;
   case IDEM_OP_CACHE_BURY:
     argv[0] = "SET", argv[1] = name, argv[2] = TOMBSTONE, argv[3] = "PX";
     argv[4] = TOMBSTONE_MS;

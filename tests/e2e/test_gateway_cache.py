@@ -92,6 +92,12 @@ class Cache(GatewayTestCase):
         self.assertEqual((r2.status, r2.replayed, r2.body), (200, True, r.body), self.gw_log())
         self.assertEqual(cache.command("GET", "idem:cache:{0::r1}"), b"idem:deleted")
         self.assertGreater(cache.command("PTTL", "idem:cache:{0::r1}"), 0)
+        # a release's drop leaves a delete's tombstone in place
+        self.assertEqual(a.request("POST", "/pay", body=b"x", key="r9").status, 200)
+        self.assertEqual(a.admin_request("DELETE", "/keys/r9").status, 204)
+        r = b.request("POST", "/pay", body=b"x", key="r9", headers={"X-Test-Status": "500"})
+        self.assertEqual(r.status, 500, self.gw_log())
+        self.assertEqual(cache.command("GET", "idem:cache:{0::r9}"), b"idem:deleted")
 
     def test_cache_redis_down_costs_only_its_answers(self):
         cache, (a, b) = self.shared()
