@@ -394,6 +394,8 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
     int64_t wait = res->retry_after_ms > 0 && res->retry_after_ms < f->cfg->retry_delay_ms
                        ? res->retry_after_ms
                        : f->cfg->retry_delay_ms;
+    if (wait > f->cfg->lock_ttl_ms / 4) /* kept at the broker each quarter lease */
+      wait = f->cfg->lock_ttl_ms / 4;
     if (!f->stopping && now + (uint64_t)wait < j->busy_until) {
       keep_at_broker(j); /* held here meanwhile, as any job with no lease */
       hold(j, wait + 1, reclaim);
@@ -766,11 +768,16 @@ void cs_flow_hand_back_held(cs_flow *f) {
   idem_queue *node;
   IDEM_QUEUE_FOREACH(node, &f->jobs) {
     cs_job *j = IDEM_QUEUE_DATA(node, cs_job, linked);
-    if (j->timer_on && j->on_timer == claim && uv_is_active((uv_handle_t *)&j->timer)) {
+    if (!j->timer_on || !uv_is_active((uv_handle_t *)&j->timer))
+      continue;
+    if (j->on_timer == claim) {
       uv_timer_stop(&j->timer);
       cs_outcome o = j->parked ? CS_OUT_BUSY : CS_OUT_STORE_ERROR;
       set_parked(j, 0);
       settle_later(j, f->cfg->retry_delay_ms, o, 0);
+    } else if (j->on_timer == reclaim) { /* a stale answer waiting for the key: not kept */
+      uv_timer_stop(&j->timer);
+      settle_later(j, f->cfg->retry_delay_ms, CS_OUT_BUSY, 1);
     }
   }
 }
