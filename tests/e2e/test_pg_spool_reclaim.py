@@ -36,10 +36,30 @@ def spool_entries(gw):
 
 class SpoolReclaim(GatewayTestCase):
 
-    def test_a_reclaimed_entry_survives_a_failed_complete(self):
+    def migrated_store(self):
         uri = os.environ["IDEM_TEST_PG_URI"]
         rc, out, err = run_idem(["migrate", "--store", uri])
         self.assertEqual(rc, 0, err)
+        return uri
+
+    def spooled_answer(self, gw, up, key):
+        """key's request through gw, with PostgreSQL stopped while the upstream
+        runs it: the answer goes to gw's spool. Returns that answer and when
+        the store went down (time.monotonic())."""
+        answer = {}
+        t = threading.Thread(target=lambda: answer.setdefault("r", gw.request(
+            "POST", "/pay", body=b"{}", key=key, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
+        t.start()
+        wait_for(lambda: up.count(key) == 1, 10, what="the request at the upstream")
+        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
+        t_down = time.monotonic()
+        t.join(30)
+        r = answer["r"]
+        self.assertEqual(r.status, 200, "%r\n%s" % (r, self.gw_log()))
+        return r, t_down
+
+    def test_a_reclaimed_entry_survives_a_failed_complete(self):
+        uri = self.migrated_store()
         pg_server.psql("DROP TABLE IF EXISTS blip; CREATE TABLE blip(on_ boolean); INSERT INTO blip VALUES (true);")
         pg_server.psql("CREATE OR REPLACE FUNCTION blip() RETURNS trigger LANGUAGE plpgsql AS $$ "
                        "BEGIN IF (SELECT on_ FROM blip) THEN RAISE EXCEPTION 'store blip'; END IF; "
@@ -51,16 +71,7 @@ class SpoolReclaim(GatewayTestCase):
         # a processing record is kept max(ttl, 2 leases): 3s here
         gw = self.start_gateway(up, "--lock-ttl", "1s", "--ttl", "3s", "--upstream-timeout", "1s",
                                 "--workers", "1", store=uri + "?timeout=1s", admin=True)
-        first = {}
-        t = threading.Thread(target=lambda: first.setdefault("r", gw.request(
-            "POST", "/pay", body=b"{}", key=KEY, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
-        t.start()
-        wait_for(lambda: up.count(KEY) == 1, 10, what="the request at the upstream")
-        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
-        t_down = time.monotonic()
-        t.join(30)
-        r1 = first["r"]
-        self.assertEqual(r1.status, 200, "%r\n%s" % (r1, self.gw_log()))
+        r1, t_down = self.spooled_answer(gw, up, KEY)
         self.assertEqual(spool_entries(gw), 1, self.gw_log())
         # away past the processing record's retention: the drain's complete is stale,
         # its claim takes the key again (fence 2) and that complete fails once more
@@ -82,22 +93,13 @@ class SpoolReclaim(GatewayTestCase):
         """The window the README admits: the store away past the lease, another
         gateway takes the key and keeps its answer before this one drains. The
         entry then meets a replay of that other run's answer: dropped, and said."""
-        uri = os.environ["IDEM_TEST_PG_URI"]
-        rc, out, err = run_idem(["migrate", "--store", uri])
-        self.assertEqual(rc, 0, err)
+        uri = self.migrated_store()
         key = "spooled-rerun"
         up = self.start_upstream()
         flags = ("--lock-ttl", "1s", "--upstream-timeout", "1s", "--workers", "1")
         gw1 = self.start_gateway(up, *flags, store=uri + "?timeout=1s", admin=True)
         gw2 = self.start_gateway(up, *flags, store=uri + "?timeout=1s", admin=True)
-        first = {}
-        t = threading.Thread(target=lambda: first.setdefault("r", gw1.request(
-            "POST", "/pay", body=b"{}", key=key, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
-        t.start()
-        wait_for(lambda: up.count(key) == 1, 10, what="the request at the upstream")
-        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
-        t.join(30)
-        self.assertEqual(first["r"].status, 200, self.gw_log())
+        r1, _ = self.spooled_answer(gw1, up, key)
         gw1.signal(signal.SIGSTOP)  # paused: it cannot drain before gw2 runs the key again
         self.addCleanup(lambda: gw1.alive() and gw1.signal(signal.SIGCONT))
         time.sleep(1.5)
@@ -106,7 +108,7 @@ class SpoolReclaim(GatewayTestCase):
             gw2.request("POST", "/pay", body=b"{}", key=key, timeout=10)), 20, interval=0.1,
             what="the key run again at gw2")
         self.assertEqual(up.count(key), 2)
-        self.assertNotEqual(r2.body, first["r"].body)
+        self.assertNotEqual(r2.body, r1.body)
         gw1.signal(signal.SIGCONT)
         wait_for(lambda: spool_entries(gw1) == 0, 20, what="gw1's spool drained")
         wait_for(lambda: "another request ran it again (fence 2)" in gw1.stderr(), 5,
@@ -117,23 +119,14 @@ class SpoolReclaim(GatewayTestCase):
         over after the lease and is still running it): the entry waits, and
         once that run releases the key (a 500) this answer is kept, so a
         retry anywhere replays the answer the first client got."""
-        uri = os.environ["IDEM_TEST_PG_URI"]
-        rc, out, err = run_idem(["migrate", "--store", uri])
-        self.assertEqual(rc, 0, err)
+        uri = self.migrated_store()
         key = "spooled-busy"
         up = self.start_upstream()
         gw1 = self.start_gateway(up, "--lock-ttl", "1s", "--upstream-timeout", "1s",
                                  "--workers", "1", store=uri + "?timeout=1s", admin=True)
         gw2 = self.start_gateway(up, "--lock-ttl", "10s", "--upstream-timeout", "8s",
                                  "--workers", "1", store=uri + "?timeout=1s", admin=True)
-        first = {}
-        t = threading.Thread(target=lambda: first.setdefault("r", gw1.request(
-            "POST", "/pay", body=b"{}", key=key, headers={"X-Test-Delay-Ms": "800"}, timeout=30)))
-        t.start()
-        wait_for(lambda: up.count(key) == 1, 10, what="the request at the upstream")
-        subprocess.run([os.environ["IDEM_TEST_PG_STOP"]], check=True, timeout=60)
-        t.join(30)
-        self.assertEqual(first["r"].status, 200, self.gw_log())
+        r1, _ = self.spooled_answer(gw1, up, key)
         gw1.signal(signal.SIGSTOP)  # it cannot drain before gw2 holds the key
         self.addCleanup(lambda: gw1.alive() and gw1.signal(signal.SIGCONT))
         subprocess.run([os.environ["IDEM_TEST_PG_START"]], check=True, timeout=60)
@@ -156,7 +149,7 @@ class SpoolReclaim(GatewayTestCase):
         wait_for(lambda: spool_entries(gw1) == 0, 20, what="gw1's spool drained")
         r3 = gw2.request("POST", "/pay", body=b"{}", key=key, timeout=10)
         self.assertTrue(r3.replayed, "%r\n%s" % (r3, gw1.stderr()[-2000:]))
-        self.assertEqual(r3.body, first["r"].body)
+        self.assertEqual(r3.body, r1.body)
         self.assertEqual(up.count(key), 2)
 
 
