@@ -418,6 +418,19 @@ int fdatasync(int fd) {
   return real(fd);
 }
 
+/* On s: "before" completed, then a claim of "k" whose log flush fails.
+ * 1 when that claim was refused (IDEM_ESTORE) for the failed flush. */
+static int claim_refused_by_a_failed_flush(idem_sync *s) {
+  if (put_completed(s, "before", "b", 1, TTL_LONG_MS))
+    return 0;
+  idem_op claim = claim_op(NULL, "k", TTL_LONG_MS);
+  idem_result res;
+  atomic_store(&log_flush_fails, 1);
+  int rc = idem_sync_run(s, &claim, &res);
+  idem_result_clear(&res);
+  return rc == IDEM_ESTORE && !atomic_load(&log_flush_fails);
+}
+
 /* The batch whose flush failed was written whole, and was refused: the
  * writer goes on in direct commits. A later open (or a process taking the
  * log over) must not lay that batch over what the direct commits wrote. */
@@ -427,13 +440,7 @@ static void a_refused_batch_is_never_replayed(void **state) {
   fresh_path(p, sizeof p);
   idem_sync *s;
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
-  assert_int_equal(put_completed(s, "before", "b", 1, TTL_LONG_MS), 0);
-  idem_op claim = claim_op(NULL, "k", TTL_LONG_MS);
-  idem_result res;
-  atomic_store(&log_flush_fails, 1);
-  assert_int_equal(idem_sync_run(s, &claim, &res), IDEM_ESTORE); /* refused: not run */
-  assert_int_equal(atomic_load(&log_flush_fails), 0);
-  idem_result_clear(&res);
+  assert_true(claim_refused_by_a_failed_flush(s)); /* refused: not run */
   assert_int_equal(put_completed(s, "k", "done", 4, TTL_LONG_MS), 0); /* direct now */
   idem_sync_close(s);
   for (int round = 0; round < 2; round++) { /* the open replays; then a plain reopen */
@@ -441,6 +448,7 @@ static void a_refused_batch_is_never_replayed(void **state) {
     const char *keys[] = {"k", "before"};
     for (int i = 0; i < 2; i++) {
       idem_op again = claim_op(NULL, keys[i], TTL_LONG_MS);
+      idem_result res;
       assert_int_equal(idem_sync_run(s, &again, &res), 0);
       assert_int_equal(res.outcome, IDEM_REPLAY);
       assert_int_equal(res.fence, 1);
@@ -896,13 +904,7 @@ static int refuse_main(const char *path) {
   idem_sync *s;
   if (idem_sync_open(uri_of(path, NULL), &s, NULL))
     return 30;
-  if (put_completed(s, "before", "b", 1, TTL_LONG_MS))
-    return 31;
-  idem_op claim = claim_op(NULL, "k", TTL_LONG_MS);
-  idem_result res;
-  atomic_store(&log_flush_fails, 1);
-  int rc = idem_sync_run(s, &claim, &res);
-  _exit(rc == IDEM_ESTORE && !atomic_load(&log_flush_fails) ? 0 : 32);
+  _exit(claim_refused_by_a_failed_flush(s) ? 0 : 32);
 }
 
 /* --claim-k PATH: claim "k" once; exits 0 if it was handed to this process
@@ -938,13 +940,7 @@ static void a_refused_batch_does_not_come_back_at_the_next_owner(void **state) {
   fresh_path(p, sizeof p);
   idem_sync *s;
   assert_int_equal(idem_sync_open(uri_of(p, NULL), &s, NULL), 0);
-  assert_int_equal(put_completed(s, "before", "b", 1, TTL_LONG_MS), 0);
-  idem_op k = claim_op(NULL, "k", TTL_LONG_MS);
-  idem_result res;
-  atomic_store(&log_flush_fails, 1);
-  assert_int_equal(idem_sync_run(s, &k, &res), IDEM_ESTORE);
-  assert_int_equal(atomic_load(&log_flush_fails), 0);
-  idem_result_clear(&res);
+  assert_true(claim_refused_by_a_failed_flush(s));
   assert_int_equal(run_self(claim), 0);
   idem_sync_close(s);
 }
