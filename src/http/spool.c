@@ -383,18 +383,29 @@ static void on_removed(void *arg, int err) {
   item_finish(it, 1);
 }
 
-static void item_remove(drain_item *it) {
+/* A write of the item's entry that applies only while the spool still holds it
+ * under it->e.rec.fence: val NULL removes it, else val (malloc'd, taken)
+ * replaces it. cb runs on the loop once done. 0, or nonzero when it could not
+ * be queued (val freed). */
+static int item_write(drain_item *it, unsigned char *val, size_t val_len, gw_spool_cb cb) {
   spool_write *w = calloc(1, sizeof *w);
   if (!w) {
-    item_finish(it, 0);
-    return;
+    free(val);
+    return -1;
   }
   memcpy(w->key, it->key, it->key_len);
   w->key_len = it->key_len;
+  w->val = val;
+  w->val_len = val_len;
+  w->replace = val != NULL;
   w->fence = it->e.rec.fence;
-  w->cb = on_removed;
+  w->cb = cb;
   w->arg = it;
-  if (queue_write(it->round->sp, it->round->loop, w))
+  return queue_write(it->round->sp, it->round->loop, w);
+}
+
+static void item_remove(drain_item *it) {
+  if (item_write(it, NULL, 0, on_removed))
     item_finish(it, 0);
 }
 
@@ -403,11 +414,6 @@ static void item_submit(drain_item *it);
 /* A lease long enough for the complete that follows the claim at once. */
 #define RECLAIM_LEASE_MS 60000
 
-/* A complete refused as stale: the store has this answer already, or another
- * request took the key, or the record's retention ended while the store was
- * away (an outage longer than --ttl, or twice --lock-ttl) and the key is
- * free. Claimed again with the answer's fingerprint: in the last case the
- * answer is kept under the new fence, so no retry runs the request again. */
 static void on_refenced(void *arg, int err) {
   drain_item *it = arg;
   (void)err; /* not rewritten: the complete is tried all the same */
@@ -422,26 +428,20 @@ static void on_refenced(void *arg, int err) {
 static void item_refence(drain_item *it, uint64_t fence) {
   idem_op op = {.kind = IDEM_OP_COMPLETE, .scope = it->scope, .key = it->name,
                 .fence = fence, .ttl_ms = it->e.ttl_ms, .response = it->e.rec.response};
-  spool_write *w = calloc(1, sizeof *w);
-  if (w)
-    w->val = entry_encode(&op, it->e.rec.fingerprint, &w->val_len);
-  if (!w || !w->val) {
-    free(w);
-    item_submit(it);
-    return;
-  }
-  memcpy(w->key, it->key, it->key_len);
-  w->key_len = it->key_len;
-  w->fence = it->e.rec.fence;
-  w->replace = 1;
-  w->cb = on_refenced;
-  w->arg = it;
+  size_t len;
+  unsigned char *val = entry_encode(&op, it->e.rec.fingerprint, &len);
+  int queued = val && item_write(it, val, len, on_refenced) == 0;
   it->reclaimed = fence;
   it->e.rec.fence = fence; /* removed under it once drained */
-  if (queue_write(it->round->sp, it->round->loop, w))
-    item_submit(it);
+  if (!queued)
+    item_submit(it); /* not rewritten: the complete is tried all the same */
 }
 
+/* A complete refused as stale: the store has this answer already, or another
+ * request took the key, or the record's retention ended while the store was
+ * away (an outage longer than --ttl, or twice --lock-ttl) and the key is
+ * free. Claimed again with the answer's fingerprint: in the last case the
+ * answer is kept under the new fence, so no retry runs the request again. */
 static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   drain_item *it = arg;
   (void)st;
