@@ -173,6 +173,16 @@ static cs_answer kept_answer(const cs_job *j) {
   return a;
 }
 
+/* The kept answer a replay carries, in *a: a, or NULL when it has none. */
+static const cs_answer *replayed_answer(const idem_result *res, cs_answer *a) {
+  if (!res->record)
+    return NULL;
+  const idem_response *rr = &res->record->response;
+  *a = (cs_answer){.status = rr->status, .body = rr->body, .body_len = rr->body_len,
+                   .replayed = 1};
+  return a;
+}
+
 /* ran: whether this delivery reached the handler (see cs_broker_vt.later) */
 static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o, int ran) {
   j->settling = 1;
@@ -406,10 +416,8 @@ static void on_reclaimed(idem_store *st, const idem_result *res, void *arg) {
   }
   /* the other delivery's answer is kept: it is this message's answer too
    * (reply_to gets it, as on any replay) */
-  const idem_response *rr = res->outcome == IDEM_REPLAY && res->record ? &res->record->response : NULL;
-  cs_answer a = {.status = rr ? rr->status : 0, .body = rr ? rr->body : NULL,
-                 .body_len = rr ? rr->body_len : 0, .replayed = 1};
-  settle_ack(j, rr ? &a : NULL, CS_OUT_EXECUTED);
+  cs_answer a;
+  settle_ack(j, res->outcome == IDEM_REPLAY ? replayed_answer(res, &a) : NULL, CS_OUT_EXECUTED);
 }
 
 static void reclaim(cs_job *j) { claim_then(j, on_reclaimed); }
@@ -423,14 +431,15 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
   if (res->err == IDEM_ESTALE) {
     /* the lease was taken over: claim again (on_reclaimed); never an ack
      * with no answer kept */
+    uint64_t now = uv_now(&f->loop);
     if (!j->reclaimed) {
       /* a lease's time for the store to answer; a holder found busy is
        * waited for up to a few of its leases (on_reclaimed) */
       j->reclaimed = 1;
-      j->reclaim_until = uv_now(&f->loop) + (uint64_t)f->cfg->lock_ttl_ms;
-      j->busy_until = uv_now(&f->loop) + 4 * (uint64_t)f->cfg->lock_ttl_ms;
+      j->reclaim_until = now + (uint64_t)f->cfg->lock_ttl_ms;
+      j->busy_until = now + 4 * (uint64_t)f->cfg->lock_ttl_ms;
     }
-    if (!f->stopping && uv_now(&f->loop) < j->reclaim_until) {
+    if (!f->stopping && now < j->reclaim_until) {
       reclaim(j);
       return;
     }
@@ -690,10 +699,8 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     to_handler(j);
     return;
   case IDEM_REPLAY: {
-    const idem_response *rr = res->record ? &res->record->response : NULL;
-    cs_answer a = {.status = rr ? rr->status : 0, .body = rr ? rr->body : NULL,
-                   .body_len = rr ? rr->body_len : 0, .replayed = 1};
-    settle_ack(j, rr ? &a : NULL, CS_OUT_REPLAYED);
+    cs_answer a;
+    settle_ack(j, replayed_answer(res, &a), CS_OUT_REPLAYED);
     return;
   }
   case IDEM_BUSY:
