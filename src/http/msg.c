@@ -191,6 +191,15 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
   return found;
 }
 
+int gw_transfer_coding(const gw_headers *h) {
+  size_t len = 0;
+  int n = 0;
+  const char *te = gw_headers_get(h, "Transfer-Encoding", &len, &n);
+  if (!te)
+    return 0;
+  return n == 1 && gw_ieq(te, len, "chunked") ? 1 : -1;
+}
+
 int gw_has_token(const char *value, size_t len, const char *token, size_t tlen) {
   size_t i = 0;
   while (i < len) {

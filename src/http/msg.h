@@ -81,6 +81,12 @@ static inline const char *gw_header_value(const gw_headers *h, size_t i) {
 const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
                            int *count);
 
+/* The framing h's Transfer-Encoding asks for: 0 none, 1 "chunked" alone,
+ * -1 anything else (another coding, a list, the header more than once),
+ * which the gateway cannot pass on: it takes a body out of its chunks and
+ * drops Transfer-Encoding (hop-by-hop). Call after gw_headers_done. */
+int gw_transfer_coding(const gw_headers *h);
+
 /* Give the first header called name this value, or add it when there is
  * none (the old value's bytes stay, unused). 0 or -1 when out of memory. */
 int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t len);

@@ -195,15 +195,13 @@ static int on_headers_complete(http_parser *p) {
   /* Framing must be unambiguous (RFC 9112 6.3): one Content-Length, or
    * Transfer-Encoding ending in chunked, never both. http_parser checks most
    * of this; checking again here keeps the rule in one readable place. */
-  int ncl = 0, nte = 0;
-  size_t tlen = 0;
-  const char *te = gw_headers_get(&r->headers, "Transfer-Encoding", &tlen, &nte);
+  int ncl = 0, te = gw_transfer_coding(&r->headers);
   gw_headers_get(&r->headers, "Content-Length", NULL, &ncl);
   if (ncl > 1)
     return refuse(rp, 400, "more than one Content-Length header");
-  if (ncl && nte)
+  if (ncl && te)
     return refuse(rp, 400, "both Content-Length and Transfer-Encoding: ambiguous framing");
-  if (nte > 1 || (te && !gw_ieq(te, tlen, "chunked")))
+  if (te < 0)
     return refuse(rp, 400, "Transfer-Encoding other than a single 'chunked' is not supported");
   if (te && p->http_minor == 0)
     return refuse(rp, 400, "Transfer-Encoding in an HTTP/1.0 request");
@@ -211,7 +209,7 @@ static int on_headers_complete(http_parser *p) {
     return refuse(rp, 413, "the request body exceeds the gateway's limit");
   if (p->upgrade)
     r->upgrade = 1;
-  rp->chunked = te != NULL;
+  rp->chunked = te != 0;
 
   size_t elen = 0;
   const char *expect = gw_headers_get(&r->headers, "Expect", &elen, NULL);

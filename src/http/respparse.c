@@ -67,27 +67,14 @@ static void collect_status_line(gw_respparser *rp, const char *data, size_t len)
   }
 }
 
-/* Whether the answer's transfer codings are none or "chunked" alone. The
- * body is taken out of its chunks and sent on, or kept, without
- * Transfer-Encoding (hop-by-hop): a "gzip, chunked" body would reach the
- * client still compressed with nothing that says so. */
-static int transfer_coding_ok(const gw_headers *h) {
-  size_t len = 0;
-  int n = 0;
-  const char *te = gw_headers_get(h, "Transfer-Encoding", &len, &n);
-  if (!te)
-    return 1;
-  while (len && (te[len - 1] == ' ' || te[len - 1] == '\t'))
-    len--;
-  return n == 1 && gw_ieq(te, len, "chunked");
-}
-
 static int on_headers_complete(http_parser *p) {
   gw_respparser *rp = of(p);
   gw_headers_done(&rp->resp->headers);
   rp->in_body = 1;
   rp->resp->status = p->status_code;
-  if (!status_acceptable(rp, p->status_code) || !transfer_coding_ok(&rp->resp->headers))
+  /* a coding other than chunked (gzip, chunked) would reach the client
+   * unannounced once the body is out of its chunks */
+  if (!status_acceptable(rp, p->status_code) || gw_transfer_coding(&rp->resp->headers) < 0)
     return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
   if (p->status_code >= 200)
     rp->resp->head_ns = uv_hrtime(); /* the access log's upstream_ms ends here */
