@@ -40,6 +40,21 @@ static void duration_text(int64_t ms, char *out, size_t len) {
   snprintf(out, len, "%lldms", (long long)ms);
 }
 
+/* Digits and then a unit that "1" takes too: a number of that unit, written
+ * right, whose parse failed on its size alone ("0s", "99999999d", "0",
+ * "20TiB", a number past 64 bits). Such a value is out of range, which the
+ * refusal says, rather than "not a duration" or "not a size". */
+static int number_of_a_unit(const char *v, int is_size) {
+  size_t digits = strspn(v, "0123456789");
+  char one[8];
+  if (!digits || strlen(v + digits) >= sizeof one - 1)
+    return 0;
+  snprintf(one, sizeof one, "1%s", v + digits);
+  int64_t ms;
+  uint64_t bytes;
+  return is_size ? !idem_parse_size(one, &bytes) : !idem_parse_duration(one, &ms);
+}
+
 static int set_duration(const setting *s, int64_t *field, const char *v, char *err, size_t len) {
   int64_t ms;
   int zero_ok = s->min == 0;
@@ -49,14 +64,15 @@ static int set_duration(const setting *s, int64_t *field, const char *v, char *e
     *field = 0;
     return 0;
   }
-  if (idem_parse_duration(v, &ms)) {
+  int parsed = !idem_parse_duration(v, &ms);
+  if (!parsed && !number_of_a_unit(v, 0)) {
     idem_errf(err, len,
             "--%s: '%s' is not a duration; use a number and a unit: ms, s, m, h or d "
             "(e.g. 500ms, 30s, 24h)%s",
             s->name, v, zero_ok ? ", or 0" : "");
     return -1;
   }
-  if (ms < s->min || ms > s->max) {
+  if (!parsed || ms < s->min || ms > s->max) {
     char lo[32], hi[32];
     duration_text(s->min, lo, sizeof lo);
     duration_text(s->max, hi, sizeof hi);
@@ -72,14 +88,15 @@ static int set_size(const setting *s, uint64_t *field, const char *v, char *err,
   uint64_t bytes;
   char lo[32], hi[32];
   size_text((uint64_t)s->max, hi, sizeof hi);
-  if (idem_parse_size(v, &bytes) || bytes == 0) {
+  int parsed = !idem_parse_size(v, &bytes);
+  if (!parsed && !number_of_a_unit(v, 1)) {
     idem_errf(err, len,
             "--%s: '%s' is not a size; use bytes or a unit such as KiB, MiB (e.g. 64KiB, "
             "1MiB), at most %s",
             s->name, v, hi);
     return -1;
   }
-  if (bytes < (uint64_t)s->min || bytes > (uint64_t)s->max) {
+  if (!parsed || bytes < (uint64_t)s->min || bytes > (uint64_t)s->max) {
     size_text((uint64_t)s->min, lo, sizeof lo);
     idem_errf(err, len, "--%s: '%s' is out of range; use a size from %s to %s (e.g. %s)", s->name,
             v, lo, hi, s->def ? s->def : hi);

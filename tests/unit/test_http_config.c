@@ -148,7 +148,13 @@ static void test_bad_values(void **state) {
   expect_refused("--wait", "soon", "500ms");
   expect_refused("--upstream-timeout", "", "30s");
   expect_refused("--max-body", "1XB", "1MiB");
-  expect_refused("--max-body", "0", "64KiB");
+  expect_refused("--max-body", "0", "'0' is out of range; use a size from 1B to 4GiB");
+  /* zero or too large, with a unit: out of range, naming the range */
+  expect_refused("--ttl", "0s", "'0s' is out of range; use a duration from 1ms to 36500d");
+  expect_refused("--lock-ttl", "40000d", "'40000d' is out of range; use a duration from 1ms");
+  expect_refused("--client-timeout", "99999999999999999999ms", "is out of range");
+  expect_refused("--max-header", "0KiB", "'0KiB' is out of range; use a size from 1KiB to 1MiB");
+  expect_refused("--max-response", "99999999999999999999", "is out of range");
   expect_refused("--listen", "8081", "IP:PORT");
   expect_refused("--listen", "127.0.0.1:70000", "IP:PORT");
   expect_refused("--admin-listen", "nohost:1", "IP:PORT");

@@ -104,7 +104,20 @@ static void test_refusals_name_the_flag_and_form(void **state) {
   expect(&c, PARSE(&c, "--on=1"), "--on takes no value");
   expect(&c, PARSE(&c, "--wait", "soon"), "(e.g. 500ms, 30s, 24h), or 0");
   expect(&c, PARSE(&c, "--wait", "2m"), "--wait: '2m' is out of range; use a duration from 0 to 1m");
-  expect(&c, PARSE(&c, "--size", "0"), "(e.g. 64KiB, 1MiB), at most 1MiB");
+  expect(&c, PARSE(&c, "--size", "lots"), "(e.g. 64KiB, 1MiB), at most 1MiB");
+  /* well-formed, but zero or past what the parser takes: out of range, not
+   * "not a size" (nor "not a duration") */
+  expect(&c, PARSE(&c, "--size", "0"), "--size: '0' is out of range; use a size from 1KiB to 1MiB");
+  expect(&c, PARSE(&c, "--size", "0KiB"), "'0KiB' is out of range");
+  expect(&c, PARSE(&c, "--size", "99999999999999999999"), "is out of range");
+  expect(&c, PARSE(&c, "--size", "99999999TiB"), "is out of range");
+  expect(&c, PARSE(&c, "--size", "1.5MiB"), "is not a size");
+  expect(&c, PARSE(&c, "--size", "1kib"), "is not a size");
+  expect(&c, PARSE(&c, "--wait", "99999999d"), "'99999999d' is out of range; use a duration from 0 to 1m");
+  expect(&c, PARSE(&c, "--wait", "99999999999999999999ms"), "is out of range");
+  expect(&c, PARSE(&c, "--wait", "-1s"), "is not a duration");
+  expect(&c, PARSE(&c, "--wait", "1.5s"), "is not a duration");
+  expect(&c, PARSE(&c, "--wait", "10S"), "is not a duration");
   expect(&c, PARSE(&c, "--size", "512"), "from 1KiB to 1MiB (e.g. 64KiB)");
   expect(&c, PARSE(&c, "--count", "11"), "--count: '11' is not a number from 1 to 10");
   expect(&c, PARSE(&c, "--count", "2x"), "from 1 to 10");
