@@ -601,7 +601,6 @@ static void claim(gw_exchange *ex) {
 
 /* No usable key: 400, or in shadow mode the count of that 400. */
 static void refuse_key(gw_exchange *ex, const char *slug, const char *title, const char *detail) {
-  ex->idem.key[0] = 0; /* none, or not one */
   if (shadow(ex)) {
     char what[440];
     snprintf(what, sizeof what, "refused it (400: %.400s)", detail);
@@ -620,7 +619,10 @@ static void handle(gw_exchange *ex) {
     return;
   }
   char why[400];
-  switch (policy_route_key(p, r, ex->idem.key, why, sizeof why)) {
+  policy_key_result kr = policy_route_key(p, r, ex->idem.key, why, sizeof why);
+  if (kr != POLICY_KEY_OK)
+    ex->idem.key[0] = 0; /* none, or not one: logged as none (a refused scope keeps its key) */
+  switch (kr) {
   case POLICY_KEY_NONE:
     if (p->require_key) {
       char src[300];

@@ -92,6 +92,22 @@ class AccessLog(GatewayTestCase):
         self.assertEqual((first["gone"]["status"], first["gone"]["fence"]), (0, 1), got)
         self.assertEqual(first["half"]["status"], 200, got)
 
+    def test_a_refused_scope_keeps_its_well_formed_key(self):
+        # README: key is null "without one (or a malformed one)"; a request
+        # refused for its scope header sent twice (400 invalid-scope) had a
+        # good key, so its line names it, as body-not-json's does
+        gw = self.gateway()
+        with RawConn(gw.port) as c:
+            c.send(b"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k1\r\n"
+                   b"X-Tenant: a\r\nX-Tenant: b\r\nContent-Length: 0\r\n\r\n")
+            self.assertEqual(c.read_response().status, 400)
+        gw.request("POST", "/pay", body=b"x", key="k" * 300)  # malformed: null
+        got = self.stop_and_read(gw)
+        scope, bad = got
+        self.assertEqual((scope["key"], scope["scope"], scope["outcome"], scope["status"]),
+                         ("k1", None, "bad_key", 400), got)
+        self.assertEqual((bad["key"], bad["outcome"]), (None, "bad_key"), got)
+
     def test_no_answer_head_no_upstream_ms(self):
         from harness import free_port
         gw = self.start_gateway("http://127.0.0.1:%d" % free_port(), "--access-log", self.log,
