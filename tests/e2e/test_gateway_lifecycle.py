@@ -25,6 +25,11 @@ BAD_FLAGS = [
     ("--upstream-timeout", "30x", DURATION_FORM),
     ("--max-body", "lots", SIZE_FORM),
     ("--max-body", "12XB", SIZE_FORM),
+    # zero, or past the range: refused as out of range, naming the range
+    ("--ttl", "0s", re.compile(r"out of range; use a duration from 1ms to \d+d")),
+    ("--lock-ttl", "99999999999999999999s", re.compile(r"out of range")),
+    ("--max-body", "0", re.compile(r"out of range; use a size from 1B to 4GiB")),
+    ("--max-header", "0KiB", re.compile(r"out of range; use a size from 1KiB to 1MiB")),
     ("--on-store-error", "maybe", re.compile(r"closed.*open|open.*closed")),
     ("--listen", "not-an-address", None),
     ("--listen", "127.0.0.1:99999", None),
