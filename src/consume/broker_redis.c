@@ -579,6 +579,16 @@ static void conn_gone(void *arg, rconn *c, const char *why) {
   drop_all(b, why);
 }
 
+/* The credentials of the URI as Redis and the Redis store read them:
+ * "user:pass@" is AUTH user pass; ":pass@" (no user) and a bare "pass@"
+ * (as redis-cli takes it) are AUTH pass, the default user's password. */
+static void redis_credentials(const cs_uri *u, const char **user, const char **password) {
+  *user = u->user && *u->user && u->password ? u->user : NULL;
+  *password = u->password ? u->password : u->user;
+  if (*password && !**password)
+    *password = NULL; /* "redis://:@host": nothing to send */
+}
+
 static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
   rbroker *b = owner;
   b->resolving = 0;
@@ -593,8 +603,10 @@ static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
     drop_all(b, why);
     return;
   }
-  rconn_opts o = {.addr = b->addr, .port = b->base.uri.port, .user = b->base.uri.user,
-                  .password = b->base.uri.password, .db = atoi(b->base.uri.path),
+  const char *user, *password;
+  redis_credentials(&b->base.uri, &user, &password);
+  rconn_opts o = {.addr = b->addr, .port = b->base.uri.port, .user = user,
+                  .password = password, .db = atoi(b->base.uri.path),
                   .connect_timeout_ms = 2000, .ready = conn_ready, .gone = conn_gone, .arg = b};
   const char *why = NULL;
   b->rd = rconn_open(b->base.o.loop, &o, &why);

@@ -234,14 +234,18 @@ def _group_lag(groups, group):
 class RedisClient:
     """A pipelining client over one socket: enough for tests."""
 
-    def __init__(self, port):
+    def __init__(self, port, password=None):
         self.port = port
+        self.password = password  # sent with AUTH first on each connection
 
     def pipeline(self, commands, timeout=30.0):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         try:
-            s.sendall(b"".join(_encode(c) for c in commands))
+            auth = [("AUTH", self.password)] if self.password else []
+            s.sendall(b"".join(_encode(c) for c in auth + list(commands)))
             rd = _Reader(s)
+            if auth:
+                rd.reply()
             out = []
             for _ in commands:
                 try:

@@ -238,6 +238,24 @@ class Keys(ConsumeCase):
             self.assertIn(flag, err, args)
 
 
+class Credentials(ConsumeCase):
+    def test_a_password_alone_authenticates_as_for_the_store(self):
+        # ":pass@" and a bare "pass@" are the default user's password, as
+        # the Redis store and redis-cli read them (not AUTH "" pass)
+        self.redis.command("CONFIG", "SET", "requirepass", "s3cret")
+        self.r = RedisClient(self.redis.port, password="s3cret")
+        for i, auth in enumerate([":s3cret@", "s3cret@", "default:s3cret@"]):
+            stream = "auth-%d" % i
+            uri = "redis://%s127.0.0.1:%d?stream=%s&group=%s" % (auth, self.redis.port, stream, GROUP)
+            c = self.consumer(stream=stream, start=False)
+            c.from_uri = uri
+            c.start()
+            self.publish([{"message_id": "a-%d" % i, "body": "x"}], stream=stream)
+            self.wait_settled(stream=stream)
+            self.assertEqual(self.h.successes("a-%d" % i), 1, c.stderr())
+            c.stop()
+
+
 class SharedRecords(ConsumeCase):
     def test_serve_and_consume_share_one_record_per_key(self):
         store = "lmdb:%s/shared" % self.tmp
