@@ -21,20 +21,31 @@ static int put_key(gw_buf *out, const char *key) {
   return gw_buf_append(out, "\"", 1);
 }
 
-static int header_ok(const cs_header *h) {
-  if (!gw_is_token(h->name, strlen(h->name)))
-    return 0;
-  for (size_t i = 0; i < h->value_len; i++)
-    if (h->value[i] == '\r' || h->value[i] == '\n' || h->value[i] == 0)
+/* A value an HTTP server takes (RFC 9110 field-value): tabs, spaces,
+ * visible characters and bytes past ASCII. Not CR or LF (another line),
+ * and no other control character either: a strict server (Go's, Node's)
+ * refuses the request with a 400, which would be kept as the handler's
+ * answer to a message it never saw. */
+static int field_value_ok(const char *v, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)v[i];
+    if ((c < 0x20 && c != '\t') || c == 0x7f)
       return 0;
+  }
   return 1;
+}
+
+static int header_ok(const cs_header *h) {
+  return gw_is_token(h->name, strlen(h->name)) && field_value_ok(h->value, h->value_len);
 }
 
 /* Appended piece by piece, as the gateway's heads are (http/conn.c): this
  * runs for every message. */
 int cs_handler_head(const cs_config *cfg, const cs_msg *m, const char *key, uint64_t fence,
                     gw_buf *out) {
-  const char *type = m->content_type && !strpbrk(m->content_type, "\r\n")
+  /* an empty type is none: "Content-Type: " says nothing a server can use */
+  const char *type = m->content_type && *m->content_type &&
+                             field_value_ok(m->content_type, strlen(m->content_type))
                          ? m->content_type
                          : "application/octet-stream";
   int rc = gw_buf_puts(out, "POST ") || gw_buf_puts(out, cfg->to_path) ||
@@ -46,7 +57,7 @@ int cs_handler_head(const cs_config *cfg, const cs_msg *m, const char *key, uint
   if (fence)
     rc = rc || gw_buf_puts(out, "Idempotency-Fence: ") || gw_buf_u64(out, fence) ||
          gw_buf_puts(out, "\r\n");
-  if (!strpbrk(m->id, "\r\n"))
+  if (field_value_ok(m->id, strlen(m->id)))
     rc = rc || gw_buf_header(out, "X-Idem-Message-Id", 17, m->id, strlen(m->id));
   rc = rc || gw_buf_puts(out, "X-Idem-Deliveries: ") || gw_buf_u64(out, m->deliveries) ||
        gw_buf_puts(out, "\r\n");

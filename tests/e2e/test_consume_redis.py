@@ -238,6 +238,22 @@ class Keys(ConsumeCase):
             self.assertIn(flag, err, args)
 
 
+class HandlerRequest(ConsumeCase):
+    def test_an_empty_type_or_a_value_no_server_takes_is_not_sent(self):
+        # "Content-Type: " is no type: application/octet-stream; a value with
+        # a control character makes a strict server (Go, Node) answer 400,
+        # kept as if the handler had refused the message: not passed on
+        self.consumer()
+        self.publish([{"message_id": "k1", "body": "x", "content-type": "", "ok": "a\tb c",
+                       "bell": "a\x07b", "del": "a\x7fb"}])
+        self.wait_settled()
+        sent = self.h.attempts("k1")[0]["headers"]
+        self.assertEqual(sent["Content-Type"], "application/octet-stream", sent)
+        self.assertEqual(sent.get("X-Idem-Header-ok"), "a\tb c", sent)
+        self.assertNotIn("X-Idem-Header-bell", sent)
+        self.assertNotIn("X-Idem-Header-del", sent)
+
+
 class Credentials(ConsumeCase):
     def test_a_password_alone_authenticates_as_for_the_store(self):
         # ":pass@" and a bare "pass@" are the default user's password, as
