@@ -272,6 +272,20 @@ class Credentials(ConsumeCase):
             c.stop()
 
 
+class StoreAtStart(ConsumeCase):
+    def test_an_embedded_store_that_cannot_be_opened_exits_1(self):
+        # as serve: it will not heal, and every message would wait on it
+        # unacked for ever behind a consumer that says "broker connected"
+        blocker = os.path.join(self.tmp, "a-file")
+        open(blocker, "w").close()
+        store = "lmdb:%s/store" % blocker
+        rc, out, err = run_idem(["consume", "--from", self.from_uri(), "--to", self.h.url + "/m",
+                                 "--store", store], timeout=15)
+        self.assertEqual(rc, 1, err)
+        self.assertIn(store, err)
+        self.assertIn("Not a directory", err)
+
+
 class SharedRecords(ConsumeCase):
     def test_serve_and_consume_share_one_record_per_key(self):
         store = "lmdb:%s/shared" % self.tmp
