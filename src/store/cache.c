@@ -7,6 +7,12 @@
  * record (a replay), and this process's clock counted from the submission
  * of the complete where the cache built it, which is no later than the
  * store's own expiry for the same complete.
+ *
+ * A delete leaves a tombstone: a replay the store answered before the
+ * delete, but taken in by its loop after it (the admin listener and each
+ * worker have their own handle and loop), must not put the deleted record
+ * back. The tombstone answers nothing and refuses the fills of requests
+ * submitted no later than the delete's end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +30,18 @@
 #include "store/uri_options.h"
 
 #define DEFAULT_TTL_MS 60000
+/* How long a tombstone refuses late fills: longer than any store op takes
+ * (as the shared cache's tombstone, redis_cache.c). */
+#define TOMBSTONE_MS (10 * 60 * 1000)
+
+enum { ENTRY_RECORD, ENTRY_CLAIM, ENTRY_TOMBSTONE };
 
 typedef struct centry {
   idem_hnode node;     /* keyed by the scoped key at bytes */
   idem_queue lru;      /* the cache's, most recent first */
   int64_t until;       /* trusted until (ms) */
-  int pending;         /* a claim of this process: never an answer */
+  int kind;            /* ENTRY_*: only a record answers (a claim is this process's) */
+  int64_t buried;      /* a tombstone: the deletion's time (ms) */
   size_t klen, vlen;
   unsigned char bytes[]; /* the scoped key, then the encoded record */
 } centry;
@@ -74,21 +86,23 @@ static void evict_to_fit(idem_cache *c) {
   }
 }
 
-/* Keep rec under key until until (replacing what was there). */
+/* Keep rec (NULL: a tombstone) under key until until (replacing what was
+ * there). */
 static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
-                   int64_t until, int pending) {
+                   int64_t until, int kind, int64_t buried) {
   idem_hnode **slot = slot_of(c, key, klen);
   if (*slot)
     remove_at(c, slot);
-  size_t vlen = idem_record_encoded_len(rec);
+  size_t vlen = rec ? idem_record_encoded_len(rec) : 0;
   if (sizeof(centry) + klen + vlen > c->max_bytes)
     return;
   centry *e = malloc(sizeof *e + klen + vlen);
   if (!e)
     return; /* a cache may forget */
-  *e = (centry){.until = until, .pending = pending, .klen = klen, .vlen = vlen};
+  *e = (centry){.until = until, .kind = kind, .buried = buried, .klen = klen, .vlen = vlen};
   memcpy(e->bytes, key, klen);
-  idem_record_encode(rec, e->bytes + klen);
+  if (rec)
+    idem_record_encode(rec, e->bytes + klen);
   e->node.key = e->bytes;
   e->node.klen = klen;
   idem_htable_link(&c->entries, slot_of(c, key, klen), &e->node);
@@ -122,7 +136,7 @@ int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t no
   pthread_mutex_lock(&c->lock);
   centry *e = lookup(c, k, klen, now);
   idem_record view;
-  if (e && !e->pending && idem_record_decode(e->bytes + klen, e->vlen, &view) == 0 &&
+  if (e && e->kind == ENTRY_RECORD && idem_record_decode(e->bytes + klen, e->vlen, &view) == 0 &&
       idem_record_copy(rec, &view) == 0) {
     idem_queue_remove(&e->lru);
     idem_queue_insert_head(&c->lru, &e->lru);
@@ -133,13 +147,16 @@ int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t no
 }
 
 void idem_cache_put(idem_cache *c, const char *scope, const char *key, const idem_record *rec,
-                    int64_t now) {
+                    int64_t now, int64_t read_at) {
   if (!finished(rec->state) || rec->expires_at <= now)
     return;
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  insert(c, k, klen, rec, earlier(rec->expires_at, now + c->ttl_ms), 0);
+  lookup(c, k, klen, now); /* drops an expired tombstone */
+  centry *e = at(slot_of(c, k, klen));
+  if (!e || e->kind != ENTRY_TOMBSTONE || read_at > e->buried) /* else read before a delete */
+    insert(c, k, klen, rec, earlier(rec->expires_at, now + c->ttl_ms), ENTRY_RECORD, 0);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -151,7 +168,7 @@ void idem_cache_claimed(idem_cache *c, const char *scope, const char *key, const
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  insert(c, k, klen, &rec, started + claim->lease_ms, 1);
+  insert(c, k, klen, &rec, started + claim->lease_ms, ENTRY_CLAIM, 0);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -161,9 +178,9 @@ static int finish_claim(idem_cache *c, const unsigned char *k, size_t klen, cons
                         int64_t started, idem_record *rec) {
   idem_hnode **slot = slot_of(c, k, klen);
   centry *e = at(slot);
-  if (!e)
+  if (!e || e->kind == ENTRY_TOMBSTONE)
     return 0;
-  if (!e->pending || idem_record_decode(e->bytes + klen, e->vlen, rec) ||
+  if (e->kind != ENTRY_CLAIM || idem_record_decode(e->bytes + klen, e->vlen, rec) ||
       rec->fence != op->fence) {
     remove_at(c, slot); /* not the claim it remembers: trust nothing */
     return 0;
@@ -182,7 +199,7 @@ void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started) {
   idem_record rec;
   pthread_mutex_lock(&c->lock);
   if (finish_claim(c, k, klen, op, started, &rec))
-    insert(c, k, klen, &rec, earlier(rec.expires_at, started + c->ttl_ms), 0);
+    insert(c, k, klen, &rec, earlier(rec.expires_at, started + c->ttl_ms), ENTRY_RECORD, 0);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -194,7 +211,7 @@ int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
   pthread_mutex_lock(&c->lock);
   int found = finish_claim(c, k, klen, op, started, &rec) && idem_record_copy(out, &rec) == 0;
   idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot)
+  if (*slot && at(slot)->kind != ENTRY_TOMBSTONE)
     remove_at(c, slot);
   pthread_mutex_unlock(&c->lock);
   return found;
@@ -205,8 +222,16 @@ void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
   idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot)
+  if (*slot && at(slot)->kind != ENTRY_TOMBSTONE) /* it trusts nothing already */
     remove_at(c, slot);
+  pthread_mutex_unlock(&c->lock);
+}
+
+void idem_cache_bury(idem_cache *c, const char *scope, const char *key, int64_t now) {
+  unsigned char k[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode(scope, key, k);
+  pthread_mutex_lock(&c->lock);
+  insert(c, k, klen, NULL, now + TOMBSTONE_MS, ENTRY_TOMBSTONE, now);
   pthread_mutex_unlock(&c->lock);
 }
 

@@ -35,9 +35,10 @@ int idem_cache_uri_check(const char *uri, char **why);
  * *rec (idem_record_clear it): 1, or 0 when there is none. */
 int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t now,
                    idem_record *rec);
-/* rec as the store of record answered it: kept when it is finished. */
+/* rec as the store of record answered it to a request submitted at read_at:
+ * kept when it is finished, unless the key was buried since. */
 void idem_cache_put(idem_cache *c, const char *scope, const char *key,
-                    const idem_record *rec, int64_t now);
+                    const idem_record *rec, int64_t now, int64_t read_at);
 /* This process claimed (scope, key) with fence at started: remember what a
  * complete needs to build the record. */
 void idem_cache_claimed(idem_cache *c, const char *scope, const char *key,
@@ -51,6 +52,10 @@ int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
                              idem_record *out);
 /* (scope, key) changed in a way the cache does not follow: drop it. */
 void idem_cache_forget(idem_cache *c, const char *scope, const char *key);
+/* (scope, key) was deleted at now (or is being): drop it, and refuse the
+ * puts of records read by requests submitted until now (a tombstone, for
+ * ten minutes or until a later read fills it). */
+void idem_cache_bury(idem_cache *c, const char *scope, const char *key, int64_t now);
 
 /* Count one claim answered by the cache (hit) or sent to the store. */
 void idem_cache_count(idem_cache *c, int hit);

@@ -117,7 +117,7 @@ static void on_shared_dropped(idem_store *cache_store, const idem_result *res, v
 static int answer(idem_store *store, idem_req *req) {
   req->submitted = idem_now_ms();
   if (req->op.kind == IDEM_OP_DELETE) { /* now: no claim after it may replay */
-    idem_cache_forget(store->cache, req->op.scope, req->op.key);
+    idem_cache_bury(store->cache, req->op.scope, req->op.key, req->submitted);
     if (!store->cache_store)
       return 0;
     idem_op del = {.kind = IDEM_OP_CACHE_BURY, .scope = req->op.scope, .key = req->op.key};
@@ -146,11 +146,13 @@ static int answer(idem_store *store, idem_req *req) {
 
 /* ---- learning from the store's answers --------------------------------------- */
 
-/* A finished record, as the store answered it or as a complete made it. */
-static void keep(idem_store *store, const char *scope, const char *key, const idem_record *rec) {
+/* A finished record, as the store answered it to a request submitted at
+ * read_at or as a complete made it. */
+static void keep(idem_store *store, const char *scope, const char *key, const idem_record *rec,
+                 int64_t read_at) {
   int64_t now = idem_now_ms();
   if (!store->cache_store) {
-    idem_cache_put(store->cache, scope, key, rec, now);
+    idem_cache_put(store->cache, scope, key, rec, now, read_at);
     return;
   }
   if (rec->state != IDEM_STATE_COMPLETED && rec->state != IDEM_STATE_FAILED)
@@ -176,7 +178,7 @@ static void finished(idem_store *store, const idem_op *op, int64_t started) {
   }
   idem_record rec;
   if (idem_cache_take_finished(store->cache, op, started, &rec)) {
-    keep(store, op->scope, op->key, &rec);
+    keep(store, op->scope, op->key, &rec, started);
     idem_record_clear(&rec);
   }
 }
@@ -191,7 +193,7 @@ static void learn(idem_store *store, const idem_req *req) {
     if (!res->err && res->outcome == IDEM_CLAIMED)
       idem_cache_claimed(store->cache, op->scope, op->key, op, res->fence, req->submitted);
     else if (!res->err && res->record)
-      keep(store, op->scope, op->key, res->record);
+      keep(store, op->scope, op->key, res->record, req->submitted);
     break;
   case IDEM_OP_COMPLETE:
   case IDEM_OP_FAIL:
@@ -202,13 +204,17 @@ static void learn(idem_store *store, const idem_req *req) {
     /* a complete the store refused leaves nothing to trust */
     /* fall through */
   case IDEM_OP_RELEASE:
-  case IDEM_OP_DELETE:
     idem_cache_forget(store->cache, op->scope, op->key);
+    shared_forget(store, op);
+    break;
+  case IDEM_OP_DELETE:
+    /* again, now it is done: a replay read before it may still come in */
+    idem_cache_bury(store->cache, op->scope, op->key, idem_now_ms());
     shared_forget(store, op);
     break;
   case IDEM_OP_GET:
     if (!res->err && res->record)
-      keep(store, op->scope, op->key, res->record);
+      keep(store, op->scope, op->key, res->record, req->submitted);
     break;
   default:
     break;

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (idem_cache_open(s, &c, NULL))
       abort();
     idem_record rec = {.state = IDEM_STATE_COMPLETED, .fence = 1, .expires_at = 1000};
-    idem_cache_put(c, "scope", "key", &rec, 0);
+    idem_cache_put(c, "scope", "key", &rec, 0, 0);
     idem_record got;
     if (idem_cache_get(c, "scope", "key", 1, &got))
       idem_record_clear(&got);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <uv.h>
 
 #include "unit.h"
 
@@ -64,18 +65,18 @@ static void least_recently_used_goes_when_bytes_run_out(void **state) {
   char key[16];
   for (int i = 0; i < 5; i++) {
     snprintf(key, sizeof key, "k%d", i);
-    idem_cache_put(c, "s", key, &rec, 0);
+    idem_cache_put(c, "s", key, &rec, 0, 0);
   }
   assert_true(has(c, "k0", 0)); /* k0 is now the most recent */
   for (int i = 5; i < 12; i++) {
     snprintf(key, sizeof key, "k%d", i);
-    idem_cache_put(c, "s", key, &rec, 0);
+    idem_cache_put(c, "s", key, &rec, 0, 0);
   }
   assert_true(has(c, "k11", 0));
   assert_false(has(c, "k1", 0)); /* the oldest untouched went first */
   /* a record larger than the whole cache is not kept */
   idem_record big = finished(1, 1000000, 8192);
-  idem_cache_put(c, "s", "big", &big, 0);
+  idem_cache_put(c, "s", "big", &big, 0, 0);
   assert_false(has(c, "big", 0));
   idem_cache_release(c);
 }
@@ -84,7 +85,7 @@ static void least_recently_used_goes_when_bytes_run_out(void **state) {
  * not after; last -1: never kept. */
 static void expect_trusted_until(const char *uri, idem_record rec, int64_t last) {
   idem_cache *c = open_ok(uri);
-  idem_cache_put(c, "s", "k", &rec, 0);
+  idem_cache_put(c, "s", "k", &rec, 0, 0);
   if (last >= 0)
     assert_true(has(c, "k", last));
   assert_false(has(c, "k", last + 1));
@@ -114,7 +115,7 @@ static void an_expired_entry_never_answers_with_another_key(void **state) {
     idem_record rec = finished(1, 1000, 0);
     rec.response.body = key;
     rec.response.body_len = strlen(key);
-    idem_cache_put(c, "s", key, &rec, 0);
+    idem_cache_put(c, "s", key, &rec, 0, 0);
   }
   for (int i = 0; i < 200; i++) { /* live: each its own */
     snprintf(key, sizeof key, "k%d", 1000 + i);
@@ -225,9 +226,88 @@ static void replays_are_answered_without_the_store(void **state) {
   idem_sync_close(bare);
 }
 
+/* ---- a delete racing a replay, on two handles of one process ---- */
+
+typedef struct {
+  int done;
+  idem_result res;
+} answer_box;
+
+static void on_answer(idem_store *st, const idem_result *res, void *arg) {
+  answer_box *box = arg;
+  (void)st;
+  box->done = 1;
+  box->res = *res;
+  box->res.record = NULL; /* borrowed: gone after this callback */
+}
+
+static void run_until(uv_loop_t *loop, const answer_box *box) {
+  while (!box->done)
+    uv_run(loop, UV_RUN_ONCE);
+}
+
+static void on_closed(idem_store *st, void *arg) {
+  (void)st;
+  *(int *)arg = 1;
+}
+
+static void close_on(uv_loop_t *loop, idem_store *st) {
+  int closed = 0;
+  idem_store_close(st, on_closed, &closed);
+  while (!closed)
+    uv_run(loop, UV_RUN_ONCE);
+}
+
+/* A gateway worker's claim is answered with a replay by the store, then the
+ * admin listener (another handle, another loop, the same cache) deletes the
+ * key, and only then does the worker's loop take the replay in. The key is
+ * gone: the replay must not put the deleted record back in the cache, where
+ * it would be replayed (and another payload refused with 422) for the ttl. */
+static void a_replay_read_before_a_delete_does_not_refill_the_cache(void **state) {
+  (void)state;
+  idem_sync *bare;
+  assert_int_equal(idem_sync_open("memory:cache-race", &bare, NULL), 0);
+  idem_result res;
+  idem_op claim = claim_of("k", "a");
+  assert_int_equal(idem_sync_run(bare, &claim, &res), 0);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .key = "k", .fence = res.fence, .ttl_ms = 60000,
+                  .response = {.status = 201}};
+  assert_int_equal(idem_sync_run(bare, &done, &res), 0);
+
+  uv_loop_t worker_loop, admin_loop;
+  uv_loop_init(&worker_loop);
+  uv_loop_init(&admin_loop);
+  idem_store *worker, *admin;
+  const char *cache = "memory:1MiB?ttl=1h";
+  assert_int_equal(idem_store_open_cached(&worker_loop, "memory:cache-race", cache, &worker,
+                                          NULL), 0);
+  assert_int_equal(idem_store_open_cached(&admin_loop, "memory:cache-race", cache, &admin,
+                                          NULL), 0);
+  answer_box replay = {0}, deleted = {0}, again = {0};
+  claim = claim_of("k", "a");
+  assert_int_equal(idem_store_submit(worker, &claim, on_answer, &replay), 0);
+  idem_op del = {.kind = IDEM_OP_DELETE, .key = "k"};
+  assert_int_equal(idem_store_submit(admin, &del, on_answer, &deleted), 0);
+  run_until(&admin_loop, &deleted);
+  assert_int_equal(deleted.res.err, 0);
+  run_until(&worker_loop, &replay); /* the replay's answer, taken in after the delete */
+  assert_int_equal(replay.res.outcome, IDEM_REPLAY);
+  claim = claim_of("k", "b"); /* another payload: the key is unseen, so it runs */
+  assert_int_equal(idem_store_submit(worker, &claim, on_answer, &again), 0);
+  run_until(&worker_loop, &again);
+  assert_int_equal(again.res.err, 0);
+  assert_int_equal(again.res.outcome, IDEM_CLAIMED);
+  close_on(&worker_loop, worker);
+  close_on(&admin_loop, admin);
+  assert_int_equal(uv_loop_close(&worker_loop), 0);
+  assert_int_equal(uv_loop_close(&admin_loop), 0);
+  idem_sync_close(bare);
+}
+
 UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(least_recently_used_goes_when_bytes_run_out),
            cmocka_unit_test(trust_ends_with_the_ttl_or_the_record),
            cmocka_unit_test(an_expired_entry_never_answers_with_another_key),
            cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
-           cmocka_unit_test(replays_are_answered_without_the_store))
+           cmocka_unit_test(replays_are_answered_without_the_store),
+           cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache))
