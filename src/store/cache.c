@@ -153,9 +153,13 @@ void idem_cache_put(idem_cache *c, const char *scope, const char *key, const ide
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  lookup(c, k, klen, now); /* drops an expired tombstone */
+  lookup(c, k, klen, now); /* drops an expired entry */
   centry *e = at(slot_of(c, k, klen));
-  if (!e || e->kind != ENTRY_TOMBSTONE || read_at > e->buried) /* else read before a delete */
+  /* not over a claim of this process (the store answered it after rec was
+   * read: its complete makes the record), nor over a delete done after rec
+   * was read */
+  int stale = e && (e->kind == ENTRY_CLAIM || (e->kind == ENTRY_TOMBSTONE && read_at <= e->buried));
+  if (!stale)
     insert(c, k, klen, rec, earlier(rec->expires_at, now + c->ttl_ms), ENTRY_RECORD, 0);
   pthread_mutex_unlock(&c->lock);
 }

@@ -36,7 +36,8 @@ int idem_cache_uri_check(const char *uri, char **why);
 int idem_cache_get(idem_cache *c, const char *scope, const char *key, int64_t now,
                    idem_record *rec);
 /* rec as the store of record answered it to a request submitted at read_at:
- * kept when it is finished, unless the key was buried since. */
+ * kept when it is finished, unless the key was buried since or this process
+ * holds a claim of it. */
 void idem_cache_put(idem_cache *c, const char *scope, const char *key,
                     const idem_record *rec, int64_t now, int64_t read_at);
 /* This process claimed (scope, key) with fence at started: remember what a

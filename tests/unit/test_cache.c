@@ -226,6 +226,35 @@ static void replays_are_answered_without_the_store(void **state) {
   idem_sync_close(bare);
 }
 
+/* A record read before this process's claim, taken in after it, does not
+ * replace the claim: the claim's complete makes the record. A tombstone
+ * refuses what was read before the delete, not what was read after. */
+static void late_reads_never_replace_a_claim_or_a_delete(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:1MiB?ttl=1h");
+  idem_op claim = {.kind = IDEM_OP_CLAIM, .scope = "s", .key = "k", .lease_ms = 1000,
+                   .ttl_ms = 5000};
+  idem_cache_claimed(c, "s", "k", &claim, 2, 100);
+  idem_record old = finished(1, 1000000, 10);
+  idem_cache_put(c, "s", "k", &old, 150, 90);
+  assert_false(has(c, "k", 200));
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "s", .key = "k", .fence = 2,
+                  .ttl_ms = 5000, .response = {.status = 200}};
+  idem_cache_finished(c, &done, 200);
+  idem_record rec;
+  assert_true(idem_cache_get(c, "s", "k", 300, &rec));
+  assert_int_equal(rec.fence, 2);
+  idem_record_clear(&rec);
+  idem_cache_bury(c, "s", "k", 400);
+  assert_false(has(c, "k", 400));
+  idem_cache_forget(c, "s", "k"); /* a release: the tombstone stays */
+  idem_cache_put(c, "s", "k", &old, 450, 400);
+  assert_false(has(c, "k", 450));
+  idem_cache_put(c, "s", "k", &old, 450, 401);
+  assert_true(has(c, "k", 450));
+  idem_cache_release(c);
+}
+
 /* ---- a delete racing a replay, on two handles of one process ---- */
 
 typedef struct {
@@ -310,4 +339,5 @@ UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(an_expired_entry_never_answers_with_another_key),
            cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
            cmocka_unit_test(replays_are_answered_without_the_store),
+           cmocka_unit_test(late_reads_never_replace_a_claim_or_a_delete),
            cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache))
