@@ -272,7 +272,9 @@ IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
  * idem_store_open): memory:SIZE[?ttl=DUR], a per-process LRU of finished
  * records bounded in bytes, shared by every handle opened with the same
  * cache URI. A claim that finds a finished record there is answered from it
- * (replay or mismatch) without the store; every other claim, and every other
+ * (the replay of a completed record, or a mismatch) without the store; a
+ * failed record's replay (IDEM_CLAIM_REPLAY_FAILED) asks the store, as a
+ * claim elsewhere may take that record over; every other claim, and every other
  * operation, goes to the store, which fills the cache as it answers
  * (completes of claims made through these handles, replays). A delete
  * through any handle of the process clears the key. A record deleted or

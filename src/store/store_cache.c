@@ -7,7 +7,8 @@
  * A claim is answered from the cache only when idem_transition, run on the
  * cached finished record, answers it without writing: a replay or a
  * mismatch. Everything else (a new key, a takeover of an expired or failed
- * record) needs the store of record, which alone can decide who runs.
+ * record) needs the store of record, which alone can decide who runs; so
+ * does a replay of a failed record, which such a takeover elsewhere changes.
  *
  * Two kinds of cache: memory: (store->cache holds the records) and a Redis
  * shared by gateways (store->cache_store, a redis:// store spoken to with
@@ -64,9 +65,14 @@ static int answers(idem_req *req, const idem_record *rec) {
   idem_result res;
   memset(&res, 0, sizeof res);
   int write = idem_transition(rec, &req->op, req->submitted, &next, &res);
-  if (write != IDEM_WRITE_NONE || res.err ||
+  /* A failed record is not final (a claim through another process takes it
+   * over and completes it), so its replay by flag asks the store; a
+   * mismatch on it stands, as a takeover keeps the fingerprint. */
+  int replays_failure = res.outcome == IDEM_REPLAY && rec->state == IDEM_STATE_FAILED;
+  if (write != IDEM_WRITE_NONE || res.err || replays_failure ||
       (res.outcome != IDEM_REPLAY && res.outcome != IDEM_MISMATCH) ||
       idem_result_set_record(&res, rec, req->op.scope, req->op.key)) {
+    res.record = NULL; /* borrowed from rec by the transition, if set */
     idem_result_clear(&res);
     return 0;
   }

@@ -333,6 +333,48 @@ static void a_replay_read_before_a_delete_does_not_refill_the_cache(void **state
   idem_sync_close(bare);
 }
 
+/* A failed record is not final: a claim through another process takes it
+ * over and may complete it. So a replay of a failure (by flag) always asks
+ * the store; here, after a takeover and complete behind the cache's back,
+ * it replays the completion, not the stale failure. A mismatch on it is
+ * still answered by the cache: a takeover keeps the fingerprint. */
+static void a_failed_record_is_never_replayed_from_the_cache(void **state) {
+  (void)state;
+  idem_sync *cached, *bare;
+  assert_int_equal(idem_sync_open_cached("memory:cache-failed", "memory:1MiB?ttl=60s", &cached,
+                                         NULL), 0);
+  assert_int_equal(idem_sync_open("memory:cache-failed", &bare, NULL), 0);
+  idem_result res;
+  idem_op claim = claim_of("k", "a");
+  assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
+  idem_op fail = {.kind = IDEM_OP_FAIL, .key = "k", .fence = res.fence, .ttl_ms = 60000,
+                  .response = {.status = 500}};
+  idem_result_clear(&res);
+  assert_int_equal(idem_sync_run(cached, &fail, &res), 0);
+  idem_result_clear(&res);
+  claim.flags = IDEM_CLAIM_REPLAY_FAILED;
+  assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+  assert_int_equal(res.record->response.status, 500);
+  idem_result_clear(&res);
+  /* another process takes it over and completes it */
+  idem_op takeover = claim_of("k", "a");
+  assert_int_equal(idem_sync_run(bare, &takeover, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .key = "k", .fence = res.fence, .ttl_ms = 60000,
+                  .response = {.status = 201}};
+  idem_result_clear(&res);
+  assert_int_equal(idem_sync_run(bare, &done, &res), 0);
+  idem_result_clear(&res);
+  assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+  assert_int_equal(res.record->state, IDEM_STATE_COMPLETED);
+  assert_int_equal(res.record->response.status, 201);
+  idem_result_clear(&res);
+  idem_sync_close(cached);
+  idem_sync_close(bare);
+}
+
 UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(least_recently_used_goes_when_bytes_run_out),
            cmocka_unit_test(trust_ends_with_the_ttl_or_the_record),
@@ -340,4 +382,5 @@ UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
            cmocka_unit_test(replays_are_answered_without_the_store),
            cmocka_unit_test(late_reads_never_replace_a_claim_or_a_delete),
-           cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache))
+           cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache),
+           cmocka_unit_test(a_failed_record_is_never_replayed_from_the_cache))
