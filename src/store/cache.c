@@ -298,7 +298,8 @@ static int parse(const char *uri, uint64_t *max, int64_t *ttl, char **why) {
 }
 
 int idem_cache_uri_check(const char *uri, char **why) {
-  if (!strncmp(uri, "redis://", 8)) {
+  /* rediss:// too: the Redis URI parser says that TLS is not supported */
+  if (!strncmp(uri, "redis://", 8) || !strncmp(uri, "rediss://", 9)) {
 #if IDEM_WITH_REDIS
     idem_redis_uri u;
     int err = idem_redis_uri_parse(uri, &u, why);

@@ -20,6 +20,8 @@ static const struct {
     {"lmdb", "LMDB", NULL, &idem_backend_lmdb},
     {"redis", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis)},
     {"redis+cluster", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis_cluster)},
+    /* refused by the Redis URI parser, which says why (no TLS) */
+    {"rediss", "Redis", "IDEM_REDIS", BUILT(IDEM_WITH_REDIS, &idem_backend_redis)},
     {"postgres", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
     {"postgresql", "PostgreSQL", "IDEM_POSTGRES", BUILT(IDEM_WITH_POSTGRES, &idem_backend_postgres)},
 };

@@ -123,6 +123,19 @@ class KeysAndGc(GatewayTestCase):
                 self.assertEqual(code, 2, (cmd, uri, err))
                 self.assertIn("--store", err, (cmd, uri))
 
+    def test_rediss_is_refused_as_tls(self):
+        # README: "Not supported: TLS (rediss:// is refused)": with the
+        # reason, not as an unknown scheme
+        for cmd in (["keys", "list", "--store"], ["gc", "--store"],
+                    ["serve", "--upstream", self.up.url, "--listen", "127.0.0.1:0", "--store"],
+                    ["serve", "--upstream", self.up.url, "--listen", "127.0.0.1:0",
+                     "--store", "memory:", "--cache"]):
+            code, out, err = run_idem(cmd + ["rediss://127.0.0.1:1"])
+            if "no Redis support" in err:
+                self.skipTest("a build without Redis")
+            self.assertEqual(code, 2, (cmd, out, err))
+            self.assertIn("rediss:// (TLS) is not supported", err, cmd)
+
     def test_gc_on_an_unreachable_network_store_fails(self):
         # Redis expires records itself, but gc must still say that the store
         # did not answer, on a cluster as on one server
