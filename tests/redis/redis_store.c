@@ -535,6 +535,15 @@ static void least_privilege_acl_user_is_enough(void **state) {
   assert_int_equal(res.count, 1);
   idem_result_clear(&res);
   idem_sync_close(db);
+  /* a /db other than 0 is chosen by SELECT on connect: the README's list
+   * names +select for it */
+  cmd_ok("ACL SETUSER idemmin +select");
+  db = open_uri(uri_with("idemmin:pw@", "/3"));
+  key = key_of("acl-db");
+  assert_int_equal(run(db, claim_op("", key, 60000, TTL_LONG_MS), &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  idem_result_clear(&res);
+  idem_sync_close(db);
   cmd_ok("ACL DELUSER idemmin");
 }
 
