@@ -293,12 +293,18 @@ static int routes(walker *w, const yaml_node_t *seq) {
     if (!rn || rn->type != YAML_MAPPING_NODE)
       return fail(w, rn ? rn : seq, "a route must be a map (match: {...} and route settings)");
     r->line = line_of(rn);
+    int seen_match = 0; /* the line of the route's match:, once read */
     EACH_PAIR(rn, p) {
       const yaml_node_t *k = pair_key(w, p, "route");
       if (!k)
         return -1;
-      if (!strcmp((const char *)k->data.scalar.value, "match") &&
-          route_match(w, node(w, p->value), r))
+      if (strcmp((const char *)k->data.scalar.value, "match"))
+        continue;
+      /* a second match: would be merged into the first, unseen */
+      if (seen_match)
+        return fail(w, k, "match is set twice (first at line %d)", seen_match);
+      seen_match = line_of(k);
+      if (route_match(w, node(w, p->value), r))
         return -1;
     }
     if (route_settings(w, rn, &r->items, &r->n, "a route", 1))

@@ -66,6 +66,9 @@ BAD = [
     ('ttl: 1h\nstore: "lmdb:"\n', 2, "store: lmdb: no directory given"),
     ('store: "memory:a?x=1"\n', 1, "store: memory: takes no options"),
     ('store: "lmdb:/tmp/x?colour=red"\n', 1, "unknown option 'colour'"),
+    # a second match: is refused, not merged into the first
+    ("routes:\n  - match: {path: /a}\n    match: {methods: [POST]}\n", 3,
+     "match is set twice (first at line 2)"),
 ]
 
 
