@@ -118,7 +118,7 @@ static int set_count(const setting *s, int *field, const char *v, char *err, siz
   return 0;
 }
 
-static int apply(const setting *s, void *cfg, const char *v, char *err, size_t len) {
+static int apply_value(const setting *s, void *cfg, const char *v, char *err, size_t len) {
   char *field = (char *)cfg + s->offset;
   switch (s->kind) {
   case SETTING_SWITCH:
@@ -141,6 +141,29 @@ static int apply(const setting *s, void *cfg, const char *v, char *err, size_t l
     return s->parse(cfg, s, v, err, len);
   }
   return -1;
+}
+
+/* The parsers' sentences quote the value whole ("--key: '...' is not a
+ * key source; use ..."): a value of thousands of characters would push
+ * the reason out of err. So a long value is parsed with room for its whole
+ * sentence, and the sentence is cut to its first QUOTE_MAX characters. */
+#define QUOTE_MAX 64
+
+static int apply(const setting *s, void *cfg, const char *v, char *err, size_t len) {
+  size_t vlen = v ? strlen(v) : 0, cap = vlen + 1024;
+  char *room = vlen > QUOTE_MAX ? malloc(cap) : NULL;
+  if (!room)
+    return apply_value(s, cfg, v, err, len);
+  int rc = apply_value(s, cfg, v, room, cap);
+  if (rc) {
+    const char *at = strstr(room, v);
+    if (at)
+      snprintf(err, len, "%.*s%.*s...%s", (int)(at - room), room, QUOTE_MAX, v, at + vlen);
+    else
+      snprintf(err, len, "%s", room);
+  }
+  free(room);
+  return rc;
 }
 
 int settings_defaults(const setting_table *t, void *cfg, char *err, size_t errlen) {

@@ -341,9 +341,10 @@ static int build_route(const gw_config *cfg, const cf_route *cr, gw_route *r, ch
   if (cr->path)
     snprintf(r->path, sizeof r->path, "%s", cr->path);
   if (cr->methods && gw_parse_method_list(cr->methods, r->methods, GW_MAX_METHODS, &r->nmethods)) {
-    snprintf(err, errlen, "%s:%d: match: methods: '%s' is not a method list; use method names "
-                          "(e.g. [POST, PUT]), at most %d", file, cr->match_line, cr->methods,
-             GW_MAX_METHODS);
+    /* a long list is cut short, so that the reason still fits in err */
+    snprintf(err, errlen, "%s:%d: match: methods: '%.64s%s' is not a method list; use method "
+                          "names (e.g. [POST, PUT]), at most %d", file, cr->match_line,
+             cr->methods, strlen(cr->methods) > 64 ? "..." : "", GW_MAX_METHODS);
     return -1;
   }
   for (int k = 0; k < cr->n; k++) {

@@ -69,6 +69,13 @@ BAD = [
     # a second match: is refused, not merged into the first
     ("routes:\n  - match: {path: /a}\n    match: {methods: [POST]}\n", 3,
      "match is set twice (first at line 2)"),
+    # a very long value: the reason is still said, after the value cut short
+    ("key: json:/" + "a" * 3000 + "\n", 1, "...' is not a key source; use header:NAME"),
+    ("defaults:\n  replay_headers: {drop: [" + "a" * 3000 + "]}\n", 2,
+     "...' is not a replay rule; use all, or drop:NAME"),
+    ("upstream: http://" + "h" * 2000 + "\n", 1, "...' is not an upstream URL"),
+    ("routes:\n  - match: {methods: [" + ", ".join("M%d" % i for i in range(500)) + "]}\n", 2,
+     "...' is not a method list; use method names"),
 ]
 
 
