@@ -350,15 +350,30 @@ static int top_level(walker *w, const yaml_node_t *root) {
   return 0;
 }
 
+/* libyaml's reason for YAML that does not parse, with a hint for the two
+ * slips it words least clearly: a tab where YAML wants spaces, and a bare
+ * value with ": " in it or a trailing ':' (store: memory:), which YAML reads
+ * as a map where none is allowed. */
+static void yaml_error(const yaml_parser_t *parser, const char *text, size_t len,
+                       const char *name, char *err, size_t errlen) {
+  const char *why = parser->problem ? parser->problem : "not YAML", *hint = "";
+  size_t at = parser->problem_mark.index;
+  if (at < len && text[at] == '\t')
+    hint = " (a tab: YAML indents with spaces)";
+  else if (strstr(why, "mapping values are not allowed"))
+    hint = " (quote a value that holds ': ' or ends with ':', e.g. store: \"memory:\")";
+  snprintf(err, errlen, "%s:%lu: %s%s%s%s", name, (unsigned long)parser->problem_mark.line + 1,
+           why, parser->context ? " " : "", parser->context ? parser->context : "", hint);
+}
+
 /* The file holds one document: what follows a second "---" would be
  * silently left out, so it is an error (as is YAML there that does not
  * parse). 0, or -1 with err set. */
-static int only_document(yaml_parser_t *parser, const char *name, char *err, size_t errlen) {
+static int only_document(yaml_parser_t *parser, const char *text, size_t len, const char *name,
+                         char *err, size_t errlen) {
   yaml_document_t next;
   if (!yaml_parser_load(parser, &next)) {
-    snprintf(err, errlen, "%s:%lu: %s%s%s", name, (unsigned long)parser->problem_mark.line + 1,
-             parser->problem ? parser->problem : "not YAML", parser->context ? " " : "",
-             parser->context ? parser->context : "");
+    yaml_error(parser, text, len, name, err, errlen);
     return -1;
   }
   const yaml_node_t *root = yaml_document_get_root_node(&next);
@@ -385,9 +400,7 @@ int cf_parse(const char *text, size_t len, const char *name, const setting_table
   yaml_parser_initialize(&parser);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   if (!yaml_parser_load(&parser, &doc)) {
-    snprintf(err, errlen, "%s:%lu: %s%s%s", name, (unsigned long)parser.problem_mark.line + 1,
-             parser.problem ? parser.problem : "not YAML", parser.context ? " " : "",
-             parser.context ? parser.context : "");
+    yaml_error(&parser, text, len, name, err, errlen);
     yaml_parser_delete(&parser);
     cf_free(d);
     return -1;
@@ -399,7 +412,7 @@ int cf_parse(const char *text, size_t len, const char *name, const setting_table
     rc = top_level(&w, root);
   yaml_document_delete(&doc);
   if (!rc)
-    rc = only_document(&parser, name, err, errlen);
+    rc = only_document(&parser, text, len, name, err, errlen);
   yaml_parser_delete(&parser);
   if (rc) {
     cf_free(d);

@@ -55,6 +55,10 @@ BAD = [
     ("ttl: 1h\ndefaults:\n  ttl: 2h\n", 3, "ttl is set twice (first at line 1)"),
     ("routes:\n  - match: {path: /a}\n    methods: []\n", 3, "is not a method list"),
     ("routes: [\n", 2, "did not find expected node content"),
+    # the YAML slips libyaml words least clearly get a hint
+    ("defaults:\n\tttl: 1h\n", 2, "(a tab: YAML indents with spaces)"),
+    ("defaults:\n  ttl: 1h\n\tmode: off\n", 3, "(a tab: YAML indents with spaces)"),
+    ("store: memory:\n", 1, "(quote a value that holds ': ' or ends with ':', e.g. store: \"memory:\")"),
     ("upstream: ftp://x\n", 1, "upstream: 'ftp://x' is not an upstream URL"),
     ("defaults:\n  listen: 127.0.0.1:1\n", 2, "listen is not a route setting"),
     ("- a\n- b\n", 1, "must be a map"),
