@@ -235,6 +235,8 @@ const setting_table gw_policy_table = {"route", policy_rows,
 
 /* ---- values as text ---- */
 
+/* The largest unit that divides ms, but one day is "24h": the default
+ * --ttl, as the README and --help write it. */
 static void duration_text(int64_t ms, char *out, size_t len) {
   static const struct { int64_t ms; const char *unit; } units[] = {
       {86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
@@ -242,7 +244,7 @@ static void duration_text(int64_t ms, char *out, size_t len) {
     snprintf(out, len, "0");
     return;
   }
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+  for (size_t i = ms == units[0].ms; i < sizeof units / sizeof units[0]; i++)
     if (ms % units[i].ms == 0) {
       snprintf(out, len, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
       return;

@@ -92,6 +92,8 @@ class Check(ConfigTestCase):
         self.assertIn("route 1 (line 17): POST /v1/payments/*", out)
         self.assertIn("route 4 (line 25): * /v1/charges/**", out)
         self.assertIn("defaults (requests no route matches):", out)
+        # the defaults read as the README writes them (ttl 24h, not 1d)
+        self.assertIn("ttl             24h", out.split("defaults (")[1])
         route1 = out.split("route 1")[1].split("route 2")[0]
         for line in ("ttl             7d", "require_key     true", "fingerprint     json",
                      "replay_headers  drop:Set-Cookie", "lock_ttl        30s", "mode            enforce"):
@@ -172,6 +174,7 @@ class Check(ConfigTestCase):
         self.assertEqual(doc["routes"][3]["fingerprint"], {"json": ["/amount", "/currency"]})
         self.assertEqual(doc["routes"][3]["store_statuses"], ["2xx", "500"])
         self.assertEqual(doc["defaults"]["mode"], "enforce")
+        self.assertEqual(doc["defaults"]["ttl"], "24h")
         self.assertEqual(doc["routes"][1]["match"], {"methods": None, "path": "/v1/orders"})
         # without --config: the defaults from the flags
         gw2 = self.start_gateway(up, "--ttl", "5m", admin=True)

@@ -172,7 +172,7 @@ static void test_values(void **state) {
   char v[256];
   static const char *const names[] = {"methods", "ttl", "lock-ttl", "require-key", "wait", "key",
                                       "fingerprint", "store-statuses", "replay-headers", "mode"};
-  static const char *const expect[] = {"POST,PATCH", "1d", "30s", "false", "0",
+  static const char *const expect[] = {"POST,PATCH", "24h", "30s", "false", "0",
                                        "header:Idempotency-Key", "raw", "2xx,3xx,4xx", "all",
                                        "enforce"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -200,6 +200,14 @@ static void test_values(void **state) {
   assert_int_equal(p.wait_ms, 0);
   set(&p, "require-key", "true");
   assert_true(p.require_key);
+  /* the largest unit, but one day reads as the default is written: 24h */
+  static const char *const ttls[][2] = {{"1d", "24h"}, {"48h", "2d"}, {"7d", "7d"},
+                                        {"90m", "90m"}, {"1500ms", "1500ms"}};
+  for (size_t i = 0; i < sizeof ttls / sizeof ttls[0]; i++) {
+    set(&p, "ttl", ttls[i][0]);
+    gw_policy_value(&p, "ttl", v, sizeof v);
+    assert_string_equal(v, ttls[i][1]);
+  }
 }
 
 static void test_refusals(void **state) {
