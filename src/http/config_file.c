@@ -430,12 +430,13 @@ int cf_load(const char *file, const setting_table *top, const setting_table *rou
     return -1;
   }
   char *buf = malloc(CF_MAX_BYTES + 1);
+  errno = 0;
   size_t n = buf ? fread(buf, 1, CF_MAX_BYTES + 1, f) : 0;
-  int bad = !buf || ferror(f);
+  int bad = !buf || ferror(f), why = buf ? errno : ENOMEM; /* a directory: EISDIR */
   fclose(f);
   int rc = -1;
   if (bad)
-    snprintf(err, errlen, "%s: cannot read it", file);
+    snprintf(err, errlen, "%s: cannot read it: %s", file, why ? strerror(why) : "read error");
   else if (n > CF_MAX_BYTES)
     snprintf(err, errlen, "%s: larger than 1 MiB", file);
   else

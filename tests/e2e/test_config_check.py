@@ -127,6 +127,11 @@ class Check(ConfigTestCase):
         rc, out, err = run_idem(["config", "check", "/nonexistent/idem.yaml"])
         self.assertEqual(rc, 1)
         self.assertIn("/nonexistent/idem.yaml: No such file", err)
+        # a directory opens but does not read: the reason is said
+        d = self.tempdir()
+        rc, out, err = run_idem(["config", "check", d])
+        self.assertEqual(rc, 1)
+        self.assertIn("%s: cannot read it: Is a directory" % d, err)
         path = self.write_config(GOOD)
         self.assertEqual(run_idem(["config", "check", path, "--ttl", "x"])[0], 2)
 
