@@ -149,6 +149,10 @@ static int add_item(walker *w, cf_item **items, int *n, const yaml_node_t *kn,
     if (!strcmp((*items)[i].name, row->name))
       return fail(w, kn, "%s is set twice (first at line %d)", (*items)[i].key, (*items)[i].line);
   const char *key = (const char *)kn->data.scalar.value;
+  /* a list where one value belongs (require_key: [true]) is a slip, not
+   * that value: only the LIST settings (methods, store_statuses) take one */
+  if (vn->type == YAML_SEQUENCE_NODE && (!row->form || strcmp(row->form, "LIST")))
+    return fail(w, vn, "%s takes one value, not a list", key);
   const char *v = value_text(w, vn, key);
   if (!v)
     return -1;

@@ -91,7 +91,9 @@ static void test_errors_name_the_line(void **state) {
   (void)state;
   bad("listen: 127.0.0.1:1\nnope: 1\n", 2, "unknown key nope");
   bad("config: other.yaml\n", 1, "unknown key config");
-  bad("ttl: [1s, 2s]\n", 1, "ttl: '1s,2s' is not a duration");
+  bad("ttl: [1s, 2s]\n", 1, "ttl takes one value, not a list");
+  bad("routes:\n  - match: {path: /a}\n    require_key: [true]\n", 3,
+      "require_key takes one value, not a list");
   bad("ttl:\n", 1, "ttl must be a value");
   bad("defaults: [1]\n", 1, "defaults must be a map");
   bad("defaults:\n  scope_header: X\n", 2, "scope_header is not a route setting");
