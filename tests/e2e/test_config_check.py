@@ -54,6 +54,9 @@ BAD = [
     ("defaults:\n  require_key: yes\n", 2, "'yes' is not true or false"),
     ("ttl: 1h\ndefaults:\n  ttl: 2h\n", 3, "ttl is set twice (first at line 1)"),
     ("routes:\n  - match: {path: /a}\n    methods: []\n", 3, "is not a method list"),
+    # a number and a unit out of range is said as such, not "not a duration"
+    ("defaults:\n  lock_ttl: 0s\n", 2, "lock_ttl: '0s' is out of range; use a duration from 1ms to"),
+    ("ttl: 99999999999d\n", 1, "ttl: '99999999999d' is out of range"),
     ("routes: [\n", 2, "did not find expected node content"),
     # the YAML slips libyaml words least clearly get a hint
     ("defaults:\n\tttl: 1h\n", 2, "(a tab: YAML indents with spaces)"),
