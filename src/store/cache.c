@@ -12,7 +12,11 @@
  * delete, but taken in by its loop after it (the admin listener and each
  * worker have their own handle and loop), must not put the deleted record
  * back. The tombstone answers nothing and refuses the fills of requests
- * submitted no later than the delete's end.
+ * submitted no later than the delete's end. A claim made after the delete
+ * takes its place, then the record its complete makes: each carries the
+ * deletion's time on, refusing the same late fills, and leaves the
+ * tombstone behind when it goes (a release, an expiry), so that no late
+ * fill lands between a delete and a record made after it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +45,7 @@ typedef struct centry {
   idem_queue lru;      /* the cache's, most recent first */
   int64_t until;       /* trusted until (ms) */
   int kind;            /* ENTRY_*: only a record answers (a claim is this process's) */
-  int64_t buried;      /* a tombstone: the deletion's time (ms) */
+  int64_t buried;      /* the key's last deletion (ms; 0: none seen), of any kind */
   size_t klen, vlen;
   unsigned char bytes[]; /* the scoped key, then the encoded record */
 } centry;
@@ -86,13 +90,17 @@ static void evict_to_fit(idem_cache *c) {
   }
 }
 
+static int64_t later(int64_t a, int64_t b) { return a > b ? a : b; }
+
 /* Keep rec (NULL: a tombstone) under key until until (replacing what was
- * there). */
+ * there, whose deletion time it keeps when later than buried). */
 static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
                    int64_t until, int kind, int64_t buried) {
   idem_hnode **slot = slot_of(c, key, klen);
-  if (*slot)
+  if (*slot) {
+    buried = later(buried, at(slot)->buried);
     remove_at(c, slot);
+  }
   size_t vlen = rec ? idem_record_encoded_len(rec) : 0;
   if (sizeof(centry) + klen + vlen > c->max_bytes)
     return;
@@ -111,12 +119,30 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
   evict_to_fit(c);
 }
 
-/* The live entry of key (expired ones are dropped), or NULL. A dropped
- * entry's slot then holds the next entry of its chain, another key's. */
+/* The claim or record at slot goes; a deletion it carries stays, as a
+ * tombstone (which is left as it is). */
+static void drop(idem_cache *c, idem_hnode **slot) {
+  centry *e = at(slot);
+  if (e->kind == ENTRY_TOMBSTONE)
+    return;
+  int64_t buried = e->buried;
+  unsigned char key[IDEM_SCOPED_KEY_MAX];
+  size_t klen = e->klen;
+  memcpy(key, e->bytes, klen);
+  remove_at(c, slot);
+  if (buried) /* past its own end, the next lookup drops it */
+    insert(c, key, klen, NULL, buried + TOMBSTONE_MS, ENTRY_TOMBSTONE, buried);
+}
+
+/* The live entry of key (an expired one goes, leaving its tombstone if it
+ * carries a deletion), or NULL. */
 static centry *lookup(idem_cache *c, const unsigned char *key, size_t klen, int64_t now) {
   idem_hnode **slot = slot_of(c, key, klen);
   if (*slot && at(slot)->until <= now) {
-    remove_at(c, slot);
+    if (at(slot)->kind == ENTRY_TOMBSTONE)
+      remove_at(c, slot);
+    else
+      drop(c, slot);
     return NULL;
   }
   return at(slot);
@@ -153,12 +179,12 @@ void idem_cache_put(idem_cache *c, const char *scope, const char *key, const ide
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  lookup(c, k, klen, now); /* drops an expired entry */
+  lookup(c, k, klen, now); /* drops an expired entry (its tombstone stays) */
   centry *e = at(slot_of(c, k, klen));
   /* not over a claim of this process (the store answered it after rec was
-   * read: its complete makes the record), nor over a delete done after rec
-   * was read */
-  int stale = e && (e->kind == ENTRY_CLAIM || (e->kind == ENTRY_TOMBSTONE && read_at <= e->buried));
+   * read: its complete makes the record), nor when rec was read before a
+   * delete ended (whatever took the tombstone's place since) */
+  int stale = e && (e->kind == ENTRY_CLAIM || read_at <= e->buried);
   if (!stale)
     insert(c, k, klen, rec, earlier(rec->expires_at, now + c->ttl_ms), ENTRY_RECORD, 0);
   pthread_mutex_unlock(&c->lock);
@@ -186,7 +212,7 @@ static int finish_claim(idem_cache *c, const unsigned char *k, size_t klen, cons
     return 0;
   if (e->kind != ENTRY_CLAIM || idem_record_decode(e->bytes + klen, e->vlen, rec) ||
       rec->fence != op->fence) {
-    remove_at(c, slot); /* not the claim it remembers: trust nothing */
+    drop(c, slot); /* not the claim it remembers: trust nothing */
     return 0;
   }
   rec->state = op->kind == IDEM_OP_COMPLETE ? IDEM_STATE_COMPLETED : IDEM_STATE_FAILED;
@@ -215,8 +241,8 @@ int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
   pthread_mutex_lock(&c->lock);
   int found = finish_claim(c, k, klen, op, started, &rec) && idem_record_copy(out, &rec) == 0;
   idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot && at(slot)->kind != ENTRY_TOMBSTONE)
-    remove_at(c, slot);
+  if (*slot)
+    drop(c, slot);
   pthread_mutex_unlock(&c->lock);
   return found;
 }
@@ -226,8 +252,8 @@ void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
   idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot && at(slot)->kind != ENTRY_TOMBSTONE) /* it trusts nothing already */
-    remove_at(c, slot);
+  if (*slot)
+    drop(c, slot);
   pthread_mutex_unlock(&c->lock);
 }
 

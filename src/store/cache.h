@@ -9,7 +9,8 @@
  *
  * Only completed and failed records answer; a claim this process won is
  * remembered (pending) so that its complete can fill the cache without
- * asking the store. Every function is thread-safe.
+ * asking the store; a delete leaves a tombstone that refuses records read
+ * before it. Every function is thread-safe.
  */
 #ifndef IDEM_STORE_CACHE_H
 #define IDEM_STORE_CACHE_H
@@ -51,11 +52,13 @@ void idem_cache_finished(idem_cache *c, const idem_op *op, int64_t started);
  * this cache, for a cache elsewhere: 1, or 0 when there was no such claim. */
 int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
                              idem_record *out);
-/* (scope, key) changed in a way the cache does not follow: drop it. */
+/* (scope, key) changed in a way the cache does not follow: drop it (a
+ * deletion's tombstone stays). */
 void idem_cache_forget(idem_cache *c, const char *scope, const char *key);
 /* (scope, key) was deleted at now (or is being): drop it, and refuse the
  * puts of records read by requests submitted until now (a tombstone, for
- * ten minutes or until a later read fills it). */
+ * ten minutes; the claims and records that take its place keep refusing
+ * them, and leave it behind when they go). */
 void idem_cache_bury(idem_cache *c, const char *scope, const char *key, int64_t now);
 
 /* Count one claim answered by the cache (hit) or sent to the store. */

@@ -255,6 +255,46 @@ static void late_reads_never_replace_a_claim_or_a_delete(void **state) {
   idem_cache_release(c);
 }
 
+/* A delete's tombstone holds through what takes its place: a claim made
+ * after the delete, the record its complete makes, its release. A replay
+ * read before the delete, taken in after any of them, must not put the
+ * deleted record back (replayed, and another payload refused with 422). */
+static void a_delete_outlives_the_claims_after_it(void **state) {
+  (void)state;
+  idem_cache *c = open_ok("memory:1MiB?ttl=1h");
+  idem_record old = finished(1, 1000000, 10); /* fence 1, read at 300 */
+  idem_op claim = {.kind = IDEM_OP_CLAIM, .scope = "s", .key = "k", .lease_ms = 1000,
+                   .ttl_ms = 5000};
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "s", .key = "k", .fence = 2,
+                  .ttl_ms = 5000, .response = {.status = 200}};
+  /* deleted, claimed again and completed with fence 2 */
+  idem_cache_bury(c, "s", "k", 400);
+  idem_cache_claimed(c, "s", "k", &claim, 2, 500);
+  idem_cache_finished(c, &done, 600);
+  idem_cache_put(c, "s", "k", &old, 700, 300);
+  idem_record rec;
+  assert_true(idem_cache_get(c, "s", "k", 700, &rec));
+  assert_int_equal(rec.fence, 2);
+  idem_record_clear(&rec);
+  /* a read after the delete still fills it */
+  idem_cache_put(c, "s", "k", &old, 700, 401);
+  assert_true(idem_cache_get(c, "s", "k", 700, &rec));
+  assert_int_equal(rec.fence, 1);
+  idem_record_clear(&rec);
+  /* deleted, claimed again and released (the upstream's 503 is not kept) */
+  idem_cache_bury(c, "s", "k", 800);
+  idem_cache_claimed(c, "s", "k", &claim, 2, 900);
+  idem_cache_forget(c, "s", "k");
+  idem_cache_put(c, "s", "k", &old, 1000, 700);
+  assert_false(has(c, "k", 1000));
+  /* deleted, claimed again, and the claim's lease ran out */
+  idem_cache_bury(c, "s", "k", 1100);
+  idem_cache_claimed(c, "s", "k", &claim, 2, 1200);
+  idem_cache_put(c, "s", "k", &old, 2300, 1000);
+  assert_false(has(c, "k", 2300));
+  idem_cache_release(c);
+}
+
 /* ---- a delete racing a replay, on two handles of one process ---- */
 
 typedef struct {
@@ -382,5 +422,6 @@ UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(a_claim_becomes_the_record_its_complete_makes),
            cmocka_unit_test(replays_are_answered_without_the_store),
            cmocka_unit_test(late_reads_never_replace_a_claim_or_a_delete),
+           cmocka_unit_test(a_delete_outlives_the_claims_after_it),
            cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache),
            cmocka_unit_test(a_failed_record_is_never_replayed_from_the_cache))
