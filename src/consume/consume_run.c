@@ -15,6 +15,7 @@
 #include "consume/cs_admin.h"
 #include "consume/flow.h"
 #include "http/upstream.h"
+#include "store/backend.h"
 
 static void on_broker_state(void *arg, int up) {
   cs_flow *f = arg;
@@ -106,11 +107,9 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
     char *msg = NULL;
     int rc = idem_store_open(&f->loop, cfg->store_uri, &f->store, &msg);
     /* As for serve: a network store that is down is retried (messages
-     * wait meanwhile); an embedded store that cannot be opened (its path,
-     * its permissions) will not heal, and every message would wait on it
+     * wait meanwhile); what will not heal, every message would wait on
      * for ever: refuse to start. */
-    int networked = !strncmp(cfg->store_uri, "redis", 5) || !strncmp(cfg->store_uri, "postgres", 8);
-    if (rc && ((rc != IDEM_ESTORE && rc != IDEM_ETIMEDOUT) || !networked)) {
+    if (rc && !idem_store_open_may_heal(cfg->store_uri, rc)) {
       /* a malformed URI is a bad flag value (2), as for serve */
       fprintf(stderr, "idem consume: %s'%s': %s\n", rc == IDEM_EURI ? "--store " : "cannot open store ",
               cfg->store_uri, msg ? msg : idem_strerror(rc));

@@ -23,6 +23,7 @@
 #include "http/gateway.h"
 #include "http/metrics.h"
 #include "http/store_handle.h"
+#include "store/backend.h"
 
 typedef struct {
   const gw_config *cfg;
@@ -306,12 +307,8 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
     free(msg);
     w->store = NULL;
     /* A network store that is down is retried per request (503 or
-     * pass-through meanwhile). A wrong URI or schema, or an embedded store
-     * that cannot be opened (path, permissions), will not heal: refuse to
-     * start. */
-    int networked = !strncmp(cfg->store_uri, "redis", 5) ||
-                    !strncmp(cfg->store_uri, "postgres", 8);
-    if ((rc != IDEM_ESTORE && rc != IDEM_ETIMEDOUT) || !networked)
+     * pass-through meanwhile); what will not heal refuses to start. */
+    if (!idem_store_open_may_heal(cfg->store_uri, rc))
       return rc == IDEM_EURI ? -2 : -1;
     w->store_retry_at = uv_now(&w->loop) + 1000;
   }

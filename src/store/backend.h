@@ -77,6 +77,12 @@ typedef struct {
  * may be NULL). */
 int idem_store_uri_check(const char *uri, char **errmsg);
 
+/* Whether idem_store_open(uri) failing with rc may heal by itself: a
+ * network store (Redis, PostgreSQL) that is down or slow, to be opened
+ * again later. A malformed URI, or an embedded store that cannot be opened
+ * (its path, its permissions), will not: serve and consume refuse to start. */
+int idem_store_open_may_heal(const char *uri, int rc);
+
 /* The store URIs this build takes, for --help texts. */
 #if IDEM_WITH_REDIS
 #define IDEM_STORE_HELP_REDIS ", redis://..., redis+cluster://..."

@@ -158,6 +158,11 @@ int idem_store_uri_check(const char *uri, char **errmsg) {
   return backend ? backend->check(uri, errmsg) : IDEM_EURI;
 }
 
+int idem_store_open_may_heal(const char *uri, int rc) {
+  int networked = !strncmp(uri, "redis", 5) || !strncmp(uri, "postgres", 8);
+  return networked && (rc == IDEM_ESTORE || rc == IDEM_ETIMEDOUT);
+}
+
 int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, char **errmsg) {
   if (errmsg)
     *errmsg = NULL;
