@@ -599,7 +599,8 @@ static void claim(gw_exchange *ex) {
     store_failed(ex, "claim", rc);
 }
 
-/* No usable key: 400, or in shadow mode the count of that 400. */
+/* No usable key, or a scope sent twice: 400, or in shadow mode the count of
+ * that 400. */
 static void refuse_key(gw_exchange *ex, const char *slug, const char *title, const char *detail) {
   if (shadow(ex)) {
     char what[440];
