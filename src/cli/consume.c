@@ -162,6 +162,12 @@ int cmd_consume(int argc, char **argv) {
     return cli_usage_error("consume", "--to is required; use http://HOST:PORT/PATH");
   if (cfg.max_retry_delay_ms < cfg.retry_delay_ms)
     return cli_usage_error("consume", "--max-retry-delay is shorter than --retry-delay");
+  if (cfg.handler_timeout_ms > cfg.lock_ttl_ms)
+    fprintf(stderr,
+            "idem consume: warning: --handler-timeout (%lldms) is longer than --lock-ttl "
+            "(%lldms): a message still at its handler when its lease ends can be taken over "
+            "and run again\n",
+            (long long)cfg.handler_timeout_ms, (long long)cfg.lock_ttl_ms);
   const char *bench = getenv("IDEM_BENCH_NO_STORE");
   cfg.no_store = bench && !strcmp(bench, "1");
   return cs_run(&cfg);

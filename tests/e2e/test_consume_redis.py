@@ -198,6 +198,19 @@ class Leases(ConsumeCase):
         self.assertEqual([a["fence"] for a in self.h.attempts("K1")], ["1"])
 
 
+    def test_a_handler_timeout_past_the_lease_is_warned_of(self):
+        # as serve warns of --upstream-timeout: a handler still running when
+        # its lease ends can be taken over and run again
+        warned = self.consumer("--lock-ttl", "2s", "--handler-timeout", "3s")
+        wait_for(lambda: "warning: --handler-timeout (3000ms) is longer than --lock-ttl (2000ms)"
+                 in warned.stderr(), 10, what="the warning")
+        warned.stop()
+        quiet = self.consumer("--lock-ttl", "3s", "--handler-timeout", "3s")
+        self.publish([{"message_id": "w1", "body": "x"}])
+        self.wait_settled(30)
+        self.assertNotIn("warning", quiet.stderr())
+
+
 class Keys(ConsumeCase):
     def test_key_sources(self):
         for src, entries, want in [
