@@ -14,6 +14,7 @@
 #include "consume/consume.h"
 #include "consume/cs_admin.h"
 #include "consume/flow.h"
+#include "http/config.h"
 #include "http/upstream.h"
 #include "store/backend.h"
 
@@ -122,14 +123,15 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
   if (cfg->has_admin) {
     cs_admin_hooks h = {
         .not_ready = not_ready, .inflight = inflight, .store = admin_store, .arg = f};
-    int err = 0;
-    f->admin = cs_admin_start(&f->loop, cfg->admin.host, cfg->admin.port, &h, &err);
+    int err = 0, port = cfg->admin.port; /* 0: the one the system picked, as serve says */
+    char a[300];
+    f->admin = cs_admin_start(&f->loop, cfg->admin.host, &port, &h, &err);
+    gw_addr_format(cfg->admin.host, port, a, sizeof a);
     if (!f->admin) {
-      fprintf(stderr, "idem consume: cannot listen on %s:%d: %s\n", cfg->admin.host,
-              cfg->admin.port, uv_strerror(err));
+      fprintf(stderr, "idem consume: cannot listen on %s: %s\n", a, uv_strerror(err));
       return -1;
     }
-    fprintf(stderr, "idem consume: admin listening on %s:%d\n", cfg->admin.host, cfg->admin.port);
+    fprintf(stderr, "idem consume: admin listening on %s\n", a);
   }
   cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)(cfg->concurrency + cfg->prefetch),
                        .lock_ttl_ms = cfg->lock_ttl_ms,

@@ -75,7 +75,7 @@ static void route(void *arg, gw_admin_req *r) {
   gw_buf_free(&body);
 }
 
-cs_admin *cs_admin_start(uv_loop_t *loop, const char *host, int port, const cs_admin_hooks *h,
+cs_admin *cs_admin_start(uv_loop_t *loop, const char *host, int *port, const cs_admin_hooks *h,
                          int *err) {
   cs_admin *a = calloc(1, sizeof *a);
   if (!a) {

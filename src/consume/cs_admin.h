@@ -28,8 +28,9 @@ typedef struct {
   void *arg;
 } cs_admin_hooks;
 
-/* Listen on host:port; NULL with a libuv error in *err when it cannot. */
-cs_admin *cs_admin_start(uv_loop_t *loop, const char *host, int port, const cs_admin_hooks *h,
+/* Listen on host:*port (0: the system picks one, written back); NULL with a
+ * libuv error in *err when it cannot. */
+cs_admin *cs_admin_start(uv_loop_t *loop, const char *host, int *port, const cs_admin_hooks *h,
                          int *err);
 /* Stop: the listener and open connections close; done runs after. */
 void cs_admin_stop(cs_admin *a, void (*done)(void *), void *arg);

@@ -2,6 +2,7 @@
  * listeners (admin_server.h). */
 #include "http/admin_server.h"
 
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,11 +299,21 @@ gw_admin_server *gw_admin_server_open_fd(uv_loop_t *loop, int fd, const gw_admin
   return s;
 }
 
-gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int port,
+/* The port s listens on. */
+static int bound_port(gw_admin_server *s) {
+  struct sockaddr_storage ss;
+  int sl = sizeof ss;
+  if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &sl))
+    return 0;
+  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                        : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int *port,
                                         const gw_admin_opts *o, int *err) {
   struct sockaddr_storage ss;
-  int rc = strchr(host, ':') ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss)
-                             : uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+  int rc = strchr(host, ':') ? uv_ip6_addr(host, *port, (struct sockaddr_in6 *)&ss)
+                             : uv_ip4_addr(host, *port, (struct sockaddr_in *)&ss);
   gw_admin_server *s = rc ? NULL : server_new(loop, o);
   if (!rc && !s)
     rc = UV_ENOMEM;
@@ -313,6 +324,8 @@ gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int p
     if (rc) {
       uv_close((uv_handle_t *)&s->listener, free_server);
       s = NULL;
+    } else if (*port == 0) {
+      *port = bound_port(s);
     }
   }
   *err = rc;

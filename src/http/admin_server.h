@@ -37,8 +37,9 @@ typedef struct {
 /* Serve on fd, an already bound and listening socket; NULL on failure. */
 gw_admin_server *gw_admin_server_open_fd(uv_loop_t *loop, int fd, const gw_admin_opts *o);
 
-/* Bind and listen on host:port (numeric); NULL with a libuv error in *err. */
-gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int port,
+/* Bind and listen on host:*port (numeric; port 0: one the system picks,
+ * written back to *port); NULL with a libuv error in *err. */
+gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int *port,
                                         const gw_admin_opts *o, int *err);
 
 /* Stop accepting and close idle connections (those awaiting an answer

@@ -7,6 +7,7 @@ taken over at the speed of the window.
 """
 
 import hashlib
+import re
 import os
 import sys
 import time
@@ -209,6 +210,16 @@ class Leases(ConsumeCase):
         self.publish([{"message_id": "w1", "body": "x"}])
         self.wait_settled(30)
         self.assertNotIn("warning", quiet.stderr())
+
+
+    def test_admin_port_0_says_the_port_it_got(self):
+        # as serve's ready line: the port the system picked, which answers
+        c = self.consumer("--admin-listen", "127.0.0.1:0")
+        m = re.search(r"admin listening on 127\.0\.0\.1:(\d+)", c.stderr())
+        self.assertTrue(m, c.stderr())
+        self.assertNotEqual(int(m.group(1)), 0, c.stderr())
+        c.admin_port = int(m.group(1))
+        self.assertEqual(c.admin_get("/healthz")[0], 200)
 
 
 class Keys(ConsumeCase):
