@@ -316,9 +316,18 @@ static const char *config_arg(int argc, char **argv) {
   return NULL;
 }
 
-/* The file's top-level and defaults: settings into cfg. */
-static int apply_file(gw_config *cfg, const char *file, char *err, size_t errlen) {
-  if (cf_load(file, &serve_table, &gw_policy_table, &cfg->doc, err, errlen))
+/* The file's top-level and defaults: settings into cfg. A file that cannot
+ * be read is a bad --config value for serve, which names the flag as for
+ * any (`idem config check FILE` has no such flag). */
+static int apply_file(gw_config *cfg, const char *file, int name_flag, char *err,
+                      size_t errlen) {
+  int rc = cf_load(file, &serve_table, &gw_policy_table, &cfg->doc, err, errlen);
+  if (rc == CF_UNREADABLE && name_flag) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "--config: %s", why);
+  }
+  if (rc)
     return -1;
   cfg->config_file = file;
   for (int i = 0; i < cfg->doc->ntop; i++) {
@@ -385,7 +394,7 @@ static int load(gw_config *cfg, int argc, char **argv, int need_upstream, char *
   cfg->argc = argc;
   cfg->argv = argv;
   const char *file = config_arg(argc, argv);
-  if (file && apply_file(cfg, file, err, errlen))
+  if (file && apply_file(cfg, file, need_upstream, err, errlen))
     return -1;
   int rc = settings_parse_argv(&serve_table, cfg, argc, argv, NULL, NULL, err, errlen);
   if (rc)

@@ -431,7 +431,7 @@ int cf_load(const char *file, const setting_table *top, const setting_table *rou
   FILE *f = fopen(file, "rb");
   if (!f) {
     snprintf(err, errlen, "%s: %s", file, strerror(errno));
-    return -1;
+    return CF_UNREADABLE;
   }
   char *buf = malloc(CF_MAX_BYTES + 1);
   errno = 0;
@@ -439,9 +439,10 @@ int cf_load(const char *file, const setting_table *top, const setting_table *rou
   int bad = !buf || ferror(f), why = buf ? errno : ENOMEM; /* a directory: EISDIR */
   fclose(f);
   int rc = -1;
-  if (bad)
+  if (bad) {
     snprintf(err, errlen, "%s: cannot read it: %s", file, why ? strerror(why) : "read error");
-  else if (n > CF_MAX_BYTES)
+    rc = CF_UNREADABLE;
+  } else if (n > CF_MAX_BYTES)
     snprintf(err, errlen, "%s: larger than 1 MiB", file);
   else
     rc = cf_parse(buf, n, file, top, route, out, err, errlen);

@@ -50,8 +50,10 @@ typedef struct cf_doc {
   int nstrs, capstrs;
 } cf_doc;
 
-/* Read and check FILE: 0 with *out (cf_free it), or -1 with err. top is
+/* Read and check FILE: 0 with *out (cf_free it), or -1 with err, or
+ * CF_UNREADABLE when it cannot be opened or read (err says why). top is
  * every top-level setting (serve's table), route the route settings. */
+#define CF_UNREADABLE (-2)
 int cf_load(const char *file, const setting_table *top, const setting_table *route,
             cf_doc **out, char *err, size_t errlen);
 

@@ -18,6 +18,9 @@ SIZE_FORM = re.compile(r"\d+\s*(KiB|MiB|GiB|B)\b")
 BAD_FLAGS = [
     # (flag, value, form regex or None)
     ("--ttl", "forever", DURATION_FORM),
+    # a config file that cannot be opened or read is a bad value of its flag
+    ("--config", "/nonexistent/idem.yaml", re.compile("No such file or directory")),
+    ("--config", "/", re.compile("cannot read it: Is a directory")),
     ("--ttl", "10parsecs", DURATION_FORM),
     ("--lock-ttl", "abc", DURATION_FORM),
     ("--lock-ttl", "-5s", DURATION_FORM),
