@@ -11,6 +11,7 @@
 #include "consume/broker.h"
 #include "consume/consume.h"
 #include "core/settings.h"
+#include "core/text.h"
 #include "http/config.h"
 #include "store/backend.h"
 
@@ -84,8 +85,10 @@ static int parse_store(void *cfg, const setting *s, const char *v, char *err, si
 }
 
 static int parse_scope(void *cfg, const setting *s, const char *v, char *err, size_t len) {
-  if (strlen(v) > 255)
-    return refuse(err, len, s, "...", "a scope", "at most 255 bytes");
+  /* PostgreSQL keeps scopes as text: other bytes would fail every message */
+  if (strlen(v) > 255 || !idem_utf8_text(v))
+    return refuse(err, len, s, "...", "a scope",
+                  "at most 255 bytes of UTF-8 text with no control character");
   ((cs_config *)cfg)->scope = v;
   return 0;
 }

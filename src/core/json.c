@@ -158,24 +158,9 @@ static int parse_escape(json_parser *p, char *dst) {
   return (int)n;
 }
 
-/* Length of the well-formed UTF-8 sequence at p->s (lead byte >= 0x80),
- * or 0 when it is not well formed (RFC 3629, table 3-7 of Unicode). */
+/* The well-formed UTF-8 sequence at p->s: its length, or 0. */
 static size_t utf8_len(const json_parser *p) {
-  const unsigned char *s = p->s;
-  size_t avail = (size_t)(p->end - s), n;
-  unsigned char lo = 0x80, hi = 0xbf;
-  if (s[0] >= 0xc2 && s[0] <= 0xdf) n = 2;
-  else if (s[0] >= 0xe0 && s[0] <= 0xef) n = 3;
-  else if (s[0] >= 0xf0 && s[0] <= 0xf4) n = 4;
-  else return 0;
-  if (s[0] == 0xe0) lo = 0xa0;      /* overlong */
-  else if (s[0] == 0xed) hi = 0x9f; /* UTF-16 surrogates */
-  else if (s[0] == 0xf0) lo = 0x90; /* overlong */
-  else if (s[0] == 0xf4) hi = 0x8f; /* beyond U+10FFFF */
-  if (avail < n || s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < n; i++)
-    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-  return n;
+  return idem_utf8_seq_len(p->s, (size_t)(p->end - p->s));
 }
 
 /* A string, copied as written. When key is not NULL its decoded bytes are

@@ -1,9 +1,10 @@
-/* text.c - hex digits, percent-decoding, error sentences (text.h). */
+/* text.c - hex digits, percent-decoding, UTF-8, error sentences (text.h). */
 #include "core/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int idem_hexval(int c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -60,6 +61,36 @@ int idem_errf(char *err, size_t len, const char *fmt, ...) {
   vsnprintf(err, len, fmt, ap);
   va_end(ap);
   return -1;
+}
+
+size_t idem_utf8_seq_len(const unsigned char *s, size_t avail) {
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xbf;
+  if (s[0] >= 0xc2 && s[0] <= 0xdf) n = 2;
+  else if (s[0] >= 0xe0 && s[0] <= 0xef) n = 3;
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4) n = 4;
+  else return 0;
+  if (s[0] == 0xe0) lo = 0xa0;      /* overlong */
+  else if (s[0] == 0xed) hi = 0x9f; /* UTF-16 surrogates */
+  else if (s[0] == 0xf0) lo = 0x90; /* overlong */
+  else if (s[0] == 0xf4) hi = 0x8f; /* beyond U+10FFFF */
+  if (avail < n || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return n;
+}
+
+int idem_utf8_text(const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t avail = strlen(str);
+  while (avail) {
+    size_t n = s[0] < 0x80 ? (s[0] >= 0x20 && s[0] != 0x7f) : idem_utf8_seq_len(s, avail);
+    if (!n)
+      return 0;
+    s += n;
+    avail -= n;
+  }
+  return 1;
 }
 
 size_t idem_utf8_put(char *dst, unsigned long cp) {

@@ -1,6 +1,6 @@
 /*
  * text.h - small text helpers shared by the parsers of URIs, flags and
- * admin paths: hex digits, percent-decoding, and error sentences.
+ * admin paths: hex digits, percent-decoding, UTF-8 and error sentences.
  */
 #ifndef IDEM_CORE_TEXT_H
 #define IDEM_CORE_TEXT_H
@@ -29,6 +29,14 @@ char *idem_pct_decode_dup(const char *s, size_t n);
 /* Write a sentence into err (len bytes) and return -1, for parsers that
  * answer "0, or -1 with a sentence". */
 int idem_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Length of the well-formed UTF-8 sequence at s (avail bytes there, lead
+ * byte >= 0x80), or 0 when it is not well formed (RFC 3629, table 3-7 of
+ * Unicode: no overlong forms, surrogates or code points past U+10FFFF). */
+size_t idem_utf8_seq_len(const unsigned char *s, size_t avail);
+
+/* Whether str is well-formed UTF-8 with no control character (C0, DEL). */
+int idem_utf8_text(const char *str);
 
 /* Code point cp as UTF-8 into dst (4 bytes of room): the bytes written. */
 size_t idem_utf8_put(char *dst, unsigned long cp);

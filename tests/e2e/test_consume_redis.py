@@ -265,6 +265,9 @@ class Keys(ConsumeCase):
             (["--from", self.from_uri(), "--to", "http://a:1/", "--key", "json:a"], "--key"),
             (["--from", self.from_uri(), "--to", "http://a:1/", "--concurrency", "0"], "--concurrency"),
             (["--from", self.from_uri(), "--to", "http://a:1/", "--on-store-error", "x"], "--on-store-error"),
+            # a scope PostgreSQL could not keep as text: refused, not failed per message
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--scope", "t\udcff"], "--scope"),
+            (["--from", self.from_uri(), "--to", "http://a:1/", "--scope", "a\tb"], "--scope"),
             (["--to", "http://a:1/"], "--from"),
             (["--from", self.from_uri(), "--to", "http://127.0.0.1:1/", "--store", "bogus:x"], "--store"),
             (["--from", self.from_uri(), "--to", "http://127.0.0.1:1/", "--store", "lmdb:"], "--store"),

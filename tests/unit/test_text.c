@@ -51,11 +51,26 @@ static void pct_decode_refuses_what_it_must(void **state) {
   assert_int_equal(idem_pct_decode("abcd", 4, out, 4, 0), -1); /* no room for the NUL */
 }
 
+static void utf8_text_is_well_formed_with_no_control(void **state) {
+  (void)state;
+  assert_true(idem_utf8_text(""));
+  assert_true(idem_utf8_text("tenant-a"));
+  assert_true(idem_utf8_text("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80")); /* é € 😀 */
+  assert_false(idem_utf8_text("a\tb"));             /* a control character */
+  assert_false(idem_utf8_text("a\x7f"));            /* DEL */
+  assert_false(idem_utf8_text("\xff"));             /* never in UTF-8 */
+  assert_false(idem_utf8_text("\xc3"));             /* cut short */
+  assert_false(idem_utf8_text("\xc0\xaf"));         /* overlong '/' */
+  assert_false(idem_utf8_text("\xed\xa0\x80"));     /* a UTF-16 surrogate */
+  assert_false(idem_utf8_text("\xf4\x90\x80\x80")); /* past U+10FFFF */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hex_encode_is_lowercase_and_terminated),
       cmocka_unit_test(hexval_takes_both_cases_and_nothing_else),
       cmocka_unit_test(pct_decode_refuses_what_it_must),
+      cmocka_unit_test(utf8_text_is_well_formed_with_no_control),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
