@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <http_parser.h>
+
 #include "core/json_pointer.h"
 #include "core/text.h"
 
@@ -54,6 +56,17 @@ static int next_item(const char **p, char *out, size_t cap) {
   return (int)(e - s);
 }
 
+/* Whether the request parser takes method m: any other is a 400 before
+ * a route is looked at, so a route's list naming it could never match. */
+static int known_method(const char *m) {
+#define KNOWN(num, name, string) \
+  if (!strcmp(m, #string))       \
+    return 1;
+  HTTP_METHOD_MAP(KNOWN)
+#undef KNOWN
+  return 0;
+}
+
 int gw_parse_method_list(const char *list, char methods[][16], int max, int *n) {
   char m[16];
   int k = 0, len;
@@ -62,7 +75,7 @@ int gw_parse_method_list(const char *list, char methods[][16], int max, int *n) 
       return -1;
     for (char *c = m; *c; c++)
       *c = (char)toupper((unsigned char)*c);
-    if (!is_token(m, (size_t)len))
+    if (!is_token(m, (size_t)len) || !known_method(m))
       return -1;
     int dup = 0;
     for (int i = 0; i < k; i++)
@@ -77,7 +90,7 @@ int gw_parse_method_list(const char *list, char methods[][16], int max, int *n) 
 int gw_policy_parse_methods(void *cfg, const setting *s, const char *v, char *err, size_t len) {
   gw_policy *p = policy_of(cfg, s);
   char form[96];
-  snprintf(form, sizeof form, "comma-separated method names (e.g. POST,PATCH,PUT), at most %d",
+  snprintf(form, sizeof form, "comma-separated HTTP method names (e.g. POST,PATCH,PUT), at most %d",
            GW_MAX_METHODS);
   if (gw_parse_method_list(v, p->methods, GW_MAX_METHODS, &p->nmethods))
     return refuse(err, len, s, v, "a method list", form);

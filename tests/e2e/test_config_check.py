@@ -54,6 +54,8 @@ BAD = [
     ("defaults:\n  require_key: yes\n", 2, "'yes' is not true or false"),
     ("ttl: 1h\ndefaults:\n  ttl: 2h\n", 3, "ttl is set twice (first at line 1)"),
     ("routes:\n  - match: {path: /a}\n    methods: []\n", 3, "is not a method list"),
+    ("routes:\n  - match: {methods: [POST, FROB]}\n", 2, "is not a method list"),
+    ("defaults:\n  methods: [POST, FROB]\n", 2, "'POST,FROB' is not a method list"),
     # a number and a unit out of range is said as such, not "not a duration"
     ("defaults:\n  lock_ttl: 0s\n", 2, "lock_ttl: '0s' is out of range; use a duration from 1ms to"),
     ("ttl: 99999999999d\n", 1, "ttl: '99999999999d' is out of range"),

@@ -18,6 +18,8 @@ SIZE_FORM = re.compile(r"\d+\s*(KiB|MiB|GiB|B)\b")
 BAD_FLAGS = [
     # (flag, value, form regex or None)
     ("--ttl", "forever", DURATION_FORM),
+    # a method the request parser answers 400 could never be handled
+    ("--methods", "POST,FOO", re.compile("HTTP method names")),
     # a config file that cannot be opened or read is a bad value of its flag
     ("--config", "/nonexistent/idem.yaml", re.compile("No such file or directory")),
     ("--config", "/", re.compile("cannot read it: Is a directory")),
