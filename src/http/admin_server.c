@@ -121,10 +121,11 @@ void gw_admin_reply(gw_admin_req *c, int status, const char *ctype, const char *
                                             : "";
   gw_buf head = {0};
   if (status == 204)
-    gw_buf_printf(&head, "HTTP/1.1 204 No Content\r\n%s\r\n", conn);
+    gw_buf_printf(&head, "HTTP/1.1 204 No Content\r\n%s%s\r\n", gw_date_header(), conn);
   else
-    gw_buf_printf(&head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n",
-                  status, policy_reason(status), ctype, len, conn);
+    gw_buf_printf(&head,
+                  "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
+                  status, policy_reason(status), ctype, len, gw_date_header(), conn);
   if (status != 204 && c->p.method != HTTP_HEAD)
     gw_buf_append(&head, body, len);
   gw_buf_free(&c->out);

@@ -629,6 +629,7 @@ void gw_conn_problem(gw_exchange *ex, int status, const char *slug,
   gw_buf *hb = &ex->out_hdrs;
   hb->len = 0;
   gw_buf_puts(hb, "Content-Type: application/problem+json\r\n");
+  gw_buf_puts(hb, gw_date_header());
   if (extra_headers)
     gw_buf_puts(hb, extra_headers);
   gw_conn_respond(ex, status, hb->p, hb->len, ex->out_body.p, ex->out_body.len,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 int gw_buf_grow(gw_buf *b, size_t extra) {
   if (b->cap - b->len >= extra)
@@ -246,4 +247,21 @@ void gw_free_then(void *p, void (*done)(void *arg), void *arg) {
   free(p);
   if (done)
     done(arg);
+}
+
+const char *gw_date_header(void) {
+  static _Thread_local char line[48];
+  static _Thread_local time_t formatted = -1;
+  time_t now = time(NULL);
+  if (now != formatted) {
+    struct tm tm;
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    gmtime_r(&now, &tm);
+    snprintf(line, sizeof line, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[tm.tm_wday],
+             tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    formatted = now;
+  }
+  return line;
 }

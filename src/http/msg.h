@@ -87,6 +87,11 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
  * drops Transfer-Encoding (hop-by-hop). Call after gw_headers_done. */
 int gw_transfer_coding(const gw_headers *h);
 
+/* "Date: <now, IMF-fixdate>\r\n" for an answer the gateway makes itself
+ * (RFC 9110 8.6.1: an origin with a clock sends one); formatted at most
+ * once a second per thread. */
+const char *gw_date_header(void);
+
 /* Give the first header called name this value, or add it when there is
  * none (the old value's bytes stay, unused). 0 or -1 when out of memory. */
 int gw_headers_set(gw_headers *h, const char *name, const char *value, size_t len);

@@ -66,6 +66,21 @@ class Replay(GatewayTestCase):
         self.assertTrue(r3.replayed, r3)
         self.assertEqual(r3.body, r1.body)
 
+    def test_the_gateways_own_answers_carry_a_date(self):
+        # RFC 9110 6.6.1: an origin with a clock dates its answers; the
+        # gateway is the origin of its problems and of the admin's answers
+        from email.utils import parsedate_to_datetime
+        gw = self.start_gateway(self.up, admin=True)
+        gw.request("POST", "/a", body=b"one", key="dated")
+        answers = [gw.request("POST", "/a", body=b"two", key="dated"),   # 422
+                   gw.request("POST", "/a", body=b"one", key="bad\x01"),  # 400
+                   gw.admin_request("GET", "/healthz")]
+        for r in answers:
+            date = r.header("Date")
+            self.assertTrue(date and date.endswith(" GMT"), r)
+            self.assertLess(abs(parsedate_to_datetime(date).timestamp() - time.time()), 60, date)
+        self.assertEqual([r.status for r in answers], [422, 400, 200])
+
     def test_422_different_body(self):
         self._mismatch(("POST", "/a", b"one"), ("POST", "/a", b"two"))
 
