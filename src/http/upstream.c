@@ -29,6 +29,7 @@ typedef struct up_conn {
   int handles; /* open uv handles, the conn is freed at 0 */
   int reused;
   int writing;
+  int write_broken; /* the request could not be written whole: no reuse */
   int sent_any; /* some byte of the request reached the socket */
   size_t got;
   /* the request in flight */
@@ -263,7 +264,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   if (r == GW_RESP_DONE) {
-    if (c->writing) {
+    if (c->writing || c->write_broken) {
       /* answered before the request was fully written: take the answer,
        * never reuse the connection */
       c->resp->keep_alive = 0;
@@ -281,11 +282,19 @@ static void write_cb(uv_write_t *w, int status) {
   if (c->state == UC_CLOSING)
     return;
   if (status < 0 && c->state == UC_BUSY && c->cb) {
-    if (!c->got && c->reused && c->retry_safe)
+    if (!c->got && c->reused && c->retry_safe) {
       retry_fresh(c);
-    else
-      finish(c, UP_RESET);
-    conn_close(c);
+      conn_close(c);
+      return;
+    }
+    /* An upstream that answers before reading the whole body (an early
+     * 413, or a 201) and then closes resets the connection under the
+     * body still going out: the write fails, but its answer is in the
+     * socket, readable after the reset. So the read side decides, at its
+     * next turn (the socket stays readable: the answer, then the reset or
+     * the end): that answer, or UP_RESET without one. The deadline still
+     * runs. */
+    c->write_broken = 1;
   }
 }
 
@@ -293,6 +302,7 @@ static void send_now(up_conn *c) {
   c->state = UC_BUSY;
   c->got = 0;
   c->sent_any = 0;
+  c->write_broken = 0;
   gw_respparser_start(&c->rp, c->resp, c->stream, c->arg, c, c->pool->opts.max_response,
                       c->is_head);
   c->wreq.data = c;
