@@ -179,3 +179,46 @@ gw_resp_result gw_respparser_eof(gw_respparser *rp) {
 int gw_respparser_keep_alive(const gw_respparser *rp) {
   return http_should_keep_alive(&rp->p) && rp->p.upgrade == 0;
 }
+
+/* The seconds of "timeout=N" in a Keep-Alive value (RFC 2068 19.7.1.1:
+ * comma-separated parameters, the value a number, quoted or not), or -1. */
+static long keep_alive_timeout(const char *v, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+      i++;
+    size_t name = i;
+    while (i < len && v[i] != '=' && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+      i++;
+    int is_timeout = gw_ieq(v + name, i - name, "timeout");
+    while (i < len && (v[i] == ' ' || v[i] == '\t'))
+      i++;
+    if (i < len && v[i] == '=') {
+      i++;
+      while (i < len && (v[i] == ' ' || v[i] == '\t'))
+        i++;
+      int quoted = i < len && v[i] == '"';
+      i += (size_t)quoted;
+      long n = -1;
+      while (i < len && isdigit((unsigned char)v[i]) && n < 1000000)
+        n = (n < 0 ? 0 : n * 10) + (v[i++] - '0');
+      if (quoted && i < len && v[i] == '"')
+        i++;
+      if (is_timeout && n >= 0 && (i == len || v[i] == ',' || v[i] == ' ' || v[i] == '\t'))
+        return n;
+    }
+    while (i < len && v[i] != ',')
+      i++; /* the rest of a parameter that is not timeout=N */
+  }
+  return -1;
+}
+
+uint64_t gw_respparser_idle_ms(const gw_respparser *rp, uint64_t max_ms) {
+  size_t len = 0;
+  const char *v = gw_headers_get(&rp->resp->headers, "Keep-Alive", &len, NULL);
+  long secs = v ? keep_alive_timeout(v, len) : -1;
+  if (secs < 0)
+    return max_ms;
+  uint64_t ms = secs > 1 ? (uint64_t)(secs - 1) * 1000u : 0;
+  return ms < max_ms ? ms : max_ms;
+}

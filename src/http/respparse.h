@@ -58,4 +58,13 @@ gw_resp_result gw_respparser_eof(gw_respparser *rp);
 /* Whether the connection may carry another request after a done answer. */
 int gw_respparser_keep_alive(const gw_respparser *rp);
 
+/* How long the connection may wait in the pool after a done answer, in ms:
+ * max_ms, or less when the answer says in "Keep-Alive: timeout=N" that the
+ * upstream closes connections idle for N seconds: then a second under that
+ * (as undici does), so that the gateway drops the connection before the
+ * upstream closes it, and never sends a request that crosses that close
+ * (for a keyed request, a 502 with its lease kept: it may have run). 0: not
+ * at all (N of 1 or less). */
+uint64_t gw_respparser_idle_ms(const gw_respparser *rp, uint64_t max_ms);
+
 #endif

@@ -12,7 +12,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define IDLE_CLOSE_MS 15000 /* close pooled connections unused this long */
+#define IDLE_CLOSE_MS 15000 /* close pooled connections unused this long (or
+                               sooner: the answer's Keep-Alive timeout) */
 #define MAX_IDLE 512
 
 enum { UC_CONNECTING, UC_BUSY, UC_IDLE, UC_CLOSING };
@@ -194,8 +195,9 @@ static void defer(up_conn *c, uv_timer_cb cb) {
 
 /* A full answer arrived; leftover bytes mean the upstream misbehaves. */
 static void answered(up_conn *c, int leftover) {
+  uint64_t idle_ms = gw_respparser_idle_ms(&c->rp, IDLE_CLOSE_MS);
   int keep = gw_respparser_keep_alive(&c->rp) && !leftover && !c->pool->closing &&
-             !c->abandoned && c->pool->nidle < MAX_IDLE;
+             !c->abandoned && c->pool->nidle < MAX_IDLE && idle_ms > 0;
   c->resp->keep_alive = keep;
   if (keep) {
     upstream_pool *pool = c->pool;
@@ -207,7 +209,7 @@ static void answered(up_conn *c, int leftover) {
      * notice the upstream closing them */
     c->paused = 0;
     uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-    arm_deadline(c, IDLE_CLOSE_MS);
+    arm_deadline(c, idle_ms);
   }
   finish(c, UP_OK);
   if (!keep)

@@ -17,6 +17,7 @@ What it does is chosen per upstream (constructor) and per request (headers):
                              "Connection: close", and the connection closes
     close_silent=p           with probability p the connection closes right
                              after an answer that did not say so
+    keep_alive_hint=N        every answer says "Keep-Alive: timeout=N"
     X-Test-Early: STATUS     answer STATUS after the head, before reading the
                              body, then close
     X-Test-Extra: 1          send a second, unasked answer right after the
@@ -37,11 +38,13 @@ import threading
 
 class RaceUpstream:
     def __init__(self, idle_close_ms=None, close_header=0.0, close_silent=0.0,
-                 rcvbuf=None, seed=None):
+                 rcvbuf=None, keep_alive_hint=None, seed=None):
         self.idle_close_ms = idle_close_ms
         self.close_header = close_header
         self.close_silent = close_silent
         self.rcvbuf = rcvbuf
+        self.hint = (b"Keep-Alive: timeout=%d\r\n" % keep_alive_hint
+                     if keep_alive_hint is not None else b"")
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts = {}
@@ -160,7 +163,7 @@ class RaceUpstream:
                     out += b"HTTP/1.1 100 Continue\r\n\r\n"
                 if hdrs.get("x-test-trailers"):
                     out += (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                            b"Transfer-Encoding: chunked\r\nTrailer: X-Sum\r\n")
+                            b"Transfer-Encoding: chunked\r\nTrailer: X-Sum\r\n") + self.hint
                     if close:
                         out += b"Connection: close\r\n"
                     out += b"\r\n%x\r\n%s\r\n0\r\nX-Sum: 1\r\nX-Other: 2\r\n\r\n" % (
@@ -170,7 +173,7 @@ class RaceUpstream:
                     short = hdrs.get("x-test-short")
                     cl = len(payload) + (7 if short else 0)
                     out += (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: %d\r\n" % cl)
+                            b"Content-Length: %d\r\n" % cl) + self.hint
                     if close:
                         out += b"Connection: close\r\n"
                     out += b"\r\n" + payload + b"x" * long_by

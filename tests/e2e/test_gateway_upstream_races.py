@@ -78,6 +78,17 @@ class UpstreamRaces(GatewayTestCase):
         answers = self.run_clients(gw, "early", 4, 10, body=big, headers=hdrs)
         self.check_answers(gw, up, answers, 201, body=big, headers=hdrs)
 
+    def test_keep_alive_timeout_of_the_upstream_is_kept(self):
+        # An upstream that closes connections idle for a few milliseconds and
+        # says so (Keep-Alive: timeout=1, in seconds, as Node and Apache send
+        # theirs): the gateway must not reuse such a connection, or a keyed
+        # request crossing the upstream's close gets a 502 and its key stays
+        # locked, though the upstream never saw it.
+        up = self.start_race_upstream(idle_close_ms=(1, 5), keep_alive_hint=1)
+        gw = self.start_gateway(up.url)
+        answers = self.run_clients(gw, "hint", 8, 40)
+        self.check_answers(gw, up, answers, 200)
+
 
 if __name__ == "__main__":
     main()

@@ -154,6 +154,42 @@ static void test_keep_alive_and_what_follows(void **state) {
   done(&o);
 }
 
+/* The pool time an answer allows: the pool's 15 s unless Keep-Alive's
+ * timeout says the upstream closes sooner, then a second under it. */
+static uint64_t idle_of(const char *text) {
+  static upstream_stream stream;
+  stream = (upstream_stream){.on_head = on_head, .on_data = on_data, .past_limit = 1};
+  upstream_response resp = {0};
+  sink s = {0};
+  gw_respparser rp;
+  gw_respparser_start(&rp, &resp, &stream, &s, NULL, 16, 0);
+  size_t used;
+  assert_int_equal(gw_respparser_feed(&rp, text, strlen(text), &used), GW_RESP_DONE);
+  uint64_t ms = gw_respparser_idle_ms(&rp, 15000);
+  gw_headers_free(&resp.headers);
+  gw_buf_free(&resp.body);
+  return ms;
+}
+
+static void test_keep_alive_timeout_shortens_the_pool_time(void **state) {
+  (void)state;
+#define ANSWER(h) "HTTP/1.1 200 OK\r\n" h "Content-Length: 1\r\n\r\na"
+  assert_int_equal(idle_of(ANSWER("")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=5\r\n")), 4000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=5, max=100\r\n")), 4000);
+  assert_int_equal(idle_of(ANSWER("keep-alive: max=100, Timeout = \"3\"\r\n")), 2000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=60\r\n")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=1\r\n")), 0);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=0\r\n")), 0);
+  /* what is not timeout=N changes nothing */
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: max=5\r\n")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=soon\r\n")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=5s\r\n")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeouts=2\r\n")), 15000);
+  assert_int_equal(idle_of(ANSWER("Keep-Alive: timeout=99999999999999999999\r\n")), 15000);
+#undef ANSWER
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_lines),
@@ -161,6 +197,7 @@ int main(void) {
       cmocka_unit_test(test_head_and_end_of_connection),
       cmocka_unit_test(test_buffered_up_to_the_limit_then_streamed),
       cmocka_unit_test(test_keep_alive_and_what_follows),
+      cmocka_unit_test(test_keep_alive_timeout_shortens_the_pool_time),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
