@@ -89,6 +89,42 @@ class UpstreamRaces(GatewayTestCase):
         answers = self.run_clients(gw, "hint", 8, 40)
         self.check_answers(gw, up, answers, 200)
 
+    def test_answers_that_break_keep_alive_are_never_mixed(self):
+        # A second, unasked answer after the first, a body longer than its
+        # Content-Length, a 100 Continue before the answer, trailers: the
+        # connection is not reused with bytes left on it, so no request gets
+        # another's answer, and each ran once and replays as first answered.
+        up = self.start_race_upstream()
+        gw = self.start_gateway(up.url)
+        for tag, hdrs in (("extra", {"X-Test-Extra": "1"}), ("long", {"X-Test-Long": "9"}),
+                          ("cont", {"X-Test-Continue": "1"}), ("trl", {"X-Test-Trailers": "1"})):
+            answers = self.run_clients(gw, tag, 4, 25, headers=hdrs)
+            self.check_answers(gw, up, answers, 200, headers=hdrs)
+
+    def test_upstream_that_stops_reading_the_body_times_out_lease_kept(self):
+        # The upstream reads the head and no more of an 8 MiB body: the
+        # gateway's write stalls, --upstream-timeout ends it with a 504, and
+        # the key stays locked (the request may have run): a retry gets 409.
+        up = self.start_race_upstream(rcvbuf=8192)
+        gw = self.start_gateway(up.url, "--max-body", "16MiB", "--upstream-timeout", "300ms")
+        big = b"x" * (8 << 20)
+        hdrs = {"X-Test-Stall": "1"}
+        results = {}
+
+        def one(i):
+            results[i] = gw.request("POST", "/o", body=big, key="stall-%d" % i, headers=hdrs)
+
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        for i in range(4):
+            self.assertProblem(results[i], 504, self.gw_log())
+            self.assertEqual(up.count("stall-%d" % i), 1)
+            r = gw.request("POST", "/o", body=big, key="stall-%d" % i, headers=hdrs)
+            self.assertProblem(r, 409, self.gw_log())
+
 
 if __name__ == "__main__":
     main()
