@@ -76,6 +76,9 @@ static verdict run(const uint8_t *data, size_t size, size_t step, int past_limit
   if (v.last == GW_RESP_DONE && (resp.status < 200 || resp.status > 599))
     abort();
   if (v.last == GW_RESP_DONE) {
+    /* the Keep-Alive timeout read from any header bytes stays in bounds */
+    if (gw_respparser_idle_ms(&rp, 15000) > 15000)
+      abort();
     v.status = resp.status;
     uint64_t body = rp.streaming ? s.body : mix(BASIS, resp.body.p, resp.body.len);
     v.digest = mix(mix(BASIS, &body, sizeof body), resp.headers.text.p, resp.headers.text.len);
