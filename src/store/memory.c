@@ -1,6 +1,8 @@
 /* memory.c - the memory: store. One table per name, shared by every handle
  * in the process (one handle per loop), guarded by a mutex. No durability:
- * for tests, and as the reference for how a backend runs idem_transition. */
+ * for tests, and as the reference for how a backend runs idem_transition.
+ * Expired records are swept a little at every transition (sweep_some), so a
+ * long-running process holds about what its retention implies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,13 @@ typedef struct table {
   int refs;
   pthread_mutex_t lock;
   idem_htable records;
+  size_t sweep_at; /* the next bucket sweep_some looks at */
 } table;
+
+/* Buckets looked at per transition. The table has at least one bucket per
+ * record, so records that expire are all gone within nbuckets / SWEEP_BUCKETS
+ * transitions: the table holds about twice its live records, at most. */
+#define SWEEP_BUCKETS 2
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry};
@@ -62,15 +70,32 @@ static void remove_at(table *t, idem_hnode **slot) {
   entry_free(entry_of(idem_htable_unlink(&t->records, slot)));
 }
 
+/* Delete the records past their retention in the next few buckets. Without
+ * it, expired records stayed until their key was used again: a gateway on
+ * memory: grew by every fresh key it ever saw. */
+static void sweep_some(table *t, int64_t now) {
+  for (int n = 0; n < SWEEP_BUCKETS; n++) {
+    idem_hnode **slot = &t->records.buckets[t->sweep_at++ & (t->records.nbuckets - 1)];
+    while (*slot) {
+      if (entry_of(*slot)->rec.expires_at <= now)
+        remove_at(t, slot);
+      else
+        slot = &(*slot)->next;
+    }
+  }
+}
+
 /* ---- operations ------------------------------------------------------- */
 
 static int run_transition(table *t, idem_req *req) {
+  int64_t now = idem_now_ms();
+  sweep_some(t, now); /* before the slot is found: a sweep may unlink near it */
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
   idem_hnode **slot = idem_htable_slot(&t->records, key, len);
   idem_record next;
   idem_result *res = &req->result;
-  int write = idem_transition(*slot ? &entry_of(*slot)->rec : NULL, &req->op, idem_now_ms(), &next, res);
+  int write = idem_transition(*slot ? &entry_of(*slot)->rec : NULL, &req->op, now, &next, res);
   if (res->record && idem_result_set_record(res, res->record, req->op.scope, req->op.key))
     return IDEM_ENOMEM;
   if (write == IDEM_WRITE_PUT)
