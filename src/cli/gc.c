@@ -1,9 +1,10 @@
 /*
  * gc.c - idem gc: delete expired records by hand, in any store.
  *
- * Stores with a background sweeper (LMDB) or native expiry (Redis) do this
- * on their own; this is for cron jobs, for stores without one, and for an
- * operator who wants the space back now.
+ * Stores with a background sweeper (LMDB, PostgreSQL, memory) or native
+ * expiry (Redis) do this on their own; this is for cron jobs (a PostgreSQL
+ * store opened with sweep_interval=off), and for an operator who wants the
+ * space back now.
  */
 #include <limits.h>
 #include <stddef.h>

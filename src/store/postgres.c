@@ -33,6 +33,12 @@
  * sentence telling to run `idem migrate`, or migrate=1 to migrate on open);
  * every later (re)connection is asynchronous and checks it again
  * (postgres_conn.c, which also looks host names up off the loop).
+ *
+ * Retention: every sweep_interval= (default 5s) each handle deletes expired
+ * records, SWEEP_BATCH at a time (the gc statement: SKIP LOCKED, so handles
+ * and gateways sweeping at once never wait on each other), at once again
+ * while a chunk comes back full. Without it the table kept every key ever
+ * seen unless `idem gc` ran from cron.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +48,7 @@
 #define MAX_IN_FLIGHT 1024 /* operations sent and not answered, per connection */
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
+#define SWEEP_BATCH 1000 /* deletions per sweep statement */
 
 static void dispatch(pgs_store *st);
 
@@ -251,6 +258,33 @@ static void on_prepare(uv_prepare_t *prepare) {
   dispatch(prepare->data);
 }
 
+/* ---- retention ------------------------------------------------------- */
+
+static void on_sweep_timer(uv_timer_t *t);
+
+static void on_swept(idem_store *store, const idem_result *res, void *arg) {
+  (void)arg;
+  if (store->closing)
+    return; /* the backend may be gone already */
+  pgs_store *st = store->impl;
+  st->sweeping = 0;
+  /* a full chunk: more has expired, go on; otherwise wait for the next round */
+  int more = !res->err && res->count >= SWEEP_BATCH;
+  uv_timer_start(&st->sweep, on_sweep_timer, more ? 0 : (uint64_t)st->uri.sweep_interval_ms, 0);
+}
+
+static void on_sweep_timer(uv_timer_t *t) {
+  pgs_store *st = t->data;
+  idem_op op = {.kind = IDEM_OP_GC, .limit = SWEEP_BATCH};
+  if (st->closing || st->sweeping)
+    return;
+  if (!pgs_available(st) || idem_store_submit_internal(st->store, &op, on_swept, NULL)) {
+    uv_timer_start(&st->sweep, on_sweep_timer, (uint64_t)st->uri.sweep_interval_ms, 0);
+    return;
+  }
+  st->sweeping = 1;
+}
+
 /* ---- the backend ------------------------------------------------------- */
 
 static void pgs_submit(idem_store *store, idem_req *req) {
@@ -270,6 +304,7 @@ static void pgs_submit(idem_store *store, idem_req *req) {
 static void pgs_close(idem_store *store) {
   pgs_store *st = store->impl;
   st->closing = 1;
+  uv_close((uv_handle_t *)&st->sweep, pgs_handle_closed);
   for (int i = 0; i < st->nconns; i++) {
     pgs_conn *c = &st->conns[i];
     if (c->state == C_DOWN || c->state == C_CONNECTING)
@@ -322,6 +357,11 @@ static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
   uv_prepare_init(store->loop, &st->prepare);
   st->prepare.data = st;
   st->handles++;
+  uv_timer_init(store->loop, &st->sweep);
+  st->sweep.data = st;
+  st->handles++;
+  if (u.sweep_interval_ms)
+    uv_timer_start(&st->sweep, on_sweep_timer, (uint64_t)u.sweep_interval_ms, 0);
   st->on_poll = on_poll;
   for (int i = 0; i < st->nconns; i++) {
     pgs_conn *c = &conns[i];

@@ -78,6 +78,7 @@ typedef struct {
   int pool;       /* pool=N: connections (1..64, default 2) */
   int batch;      /* batch=N: most operations per transaction (1..1024, default 64) */
   int64_t timeout_ms; /* timeout=DUR: no answer that long fails a connection (10s) */
+  int64_t sweep_interval_ms; /* sweep_interval=DUR|off: background gc (5s; 0: off) */
 } idem_pg_uri;
 
 int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg);

@@ -73,7 +73,7 @@ void pgs_batch_free(batch *b) {
 
 /* ---- closing ----------------------------------------------------------- */
 
-static void on_handle_closed(uv_handle_t *handle) {
+void pgs_handle_closed(uv_handle_t *handle) {
   pgs_store *st = handle->data;
   st->handles--;
   pgs_maybe_closed(st);
@@ -89,7 +89,7 @@ void pgs_maybe_closed(pgs_store *st) {
       return;
   if (!st->prepare_closed) {
     st->prepare_closed = 1;
-    uv_close((uv_handle_t *)&st->prepare, on_handle_closed);
+    uv_close((uv_handle_t *)&st->prepare, pgs_handle_closed);
     return;
   }
   if (st->handles > 0 || st->lookups > 0)
@@ -189,7 +189,7 @@ void pgs_conn_close(pgs_conn *c) {
   conn_drop(c);
   c->state = C_CLOSED;
   c->timer.data = c->st;
-  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->timer, pgs_handle_closed);
 }
 
 static void on_timer(uv_timer_t *timer) { pgs_conn_start(timer->data); }

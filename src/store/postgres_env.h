@@ -81,6 +81,8 @@ struct pgs_store {
   req_queue pending; /* submitted, not yet sent */
   req_queue solo;    /* one per transaction: gc, and a failed batch again */
   uv_prepare_t prepare; /* sends what this turn of the loop submitted */
+  uv_timer_t sweep;     /* the background gc's next chunk (postgres.c) */
+  int sweeping;         /* its chunk is in flight */
   int prepare_closed;
   int closing; /* 1: closing, 2: freed */
   int handles; /* libuv handles not yet closed */
@@ -122,5 +124,7 @@ void pgs_watchdog(pgs_conn *c, int progress);
 /* When closing and every connection is closed: release everything, then
  * idem_backend_closed. */
 void pgs_maybe_closed(pgs_store *st);
+/* The close callback of a handle whose data is the store: one fewer open. */
+void pgs_handle_closed(uv_handle_t *handle);
 
 #endif

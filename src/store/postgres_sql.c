@@ -585,6 +585,11 @@ static int own_option(const idem_uri_option *o, idem_pg_uri *out, const char **b
   } else if (!strcmp(o->name, "timeout")) {
     if (vlen > 31 || idem_parse_duration(v, &out->timeout_ms))
       *bad = "timeout= takes a duration such as 500ms, 10s or 1m";
+  } else if (!strcmp(o->name, "sweep_interval")) {
+    if (!strcmp(v, "off"))
+      out->sweep_interval_ms = 0;
+    else if (vlen > 31 || idem_parse_duration(v, &out->sweep_interval_ms))
+      *bad = "sweep_interval= takes a duration such as 5s or 1m, or off";
   } else {
     return 0;
   }
@@ -650,6 +655,7 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
   out->pool = 2;
   out->batch = 64;
   out->timeout_ms = 10000;
+  out->sweep_interval_ms = 5000;
   if (strncmp(uri, "postgres://", 11) && strncmp(uri, "postgresql://", 13)) {
     if (errmsg)
       *errmsg = idem_pg_message("postgres", "the store URI must start with postgres:// or postgresql://");

@@ -68,9 +68,11 @@ class SpoolReclaim(GatewayTestCase):
                        "(NEW.key = '%s' AND NEW.state <> 1 AND NEW.fence >= 2) EXECUTE FUNCTION blip();" % KEY)
         self.addCleanup(pg_server.psql, "DROP TRIGGER IF EXISTS blip ON idem_records")
         up = self.start_upstream()
-        # a processing record is kept max(ttl, 2 leases): 3s here
+        # a processing record is kept max(ttl, 2 leases): 3s here; no background
+        # sweep, so the expired record stays and the drain's claim counts on (fence 2)
         gw = self.start_gateway(up, "--lock-ttl", "1s", "--ttl", "3s", "--upstream-timeout", "1s",
-                                "--workers", "1", store=uri + "?timeout=1s", admin=True)
+                                "--workers", "1", store=uri + "?timeout=1s&sweep_interval=off",
+                                admin=True)
         r1, t_down = self.spooled_answer(gw, up, KEY)
         self.assertEqual(spool_entries(gw), 1, self.gw_log())
         # away past the processing record's retention: the drain's complete is stale,

@@ -122,7 +122,8 @@ static void uri_options_are_checked(void **state) {
   (void)state;
   idem_sync *db = NULL;
   char *msg = NULL;
-  const char *bad[] = {"pool=0", "migrate=maybe", "timeout=soon", "batch=0"};
+  const char *bad[] = {"pool=0", "migrate=maybe", "timeout=soon", "batch=0",
+                       "sweep_interval=soon"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(idem_sync_open(database("idem_test", bad[i]), &db, &msg), IDEM_EURI);
     free(msg);
@@ -130,7 +131,8 @@ static void uri_options_are_checked(void **state) {
   }
   /* libpq's own options pass through, ours are taken out */
   assert_int_equal(
-      idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&batch=8&timeout=30s&migrate=1"),
+      idem_sync_open(database("idem_test", "connect_timeout=5&pool=3&batch=8&timeout=30s&migrate=1"
+                                           "&sweep_interval=off"),
                      &db, &msg), 0);
   idem_sync_close(db);
   /* unreachable server: a clear IDEM_ESTORE */
@@ -335,6 +337,51 @@ static void claim_waiting_on_a_newer_row_reads_it(void **state) {
   assert_int_equal(c.res.fence, 1);
   PQfinish(holder);
   PQfinish(watch);
+  assert_int_equal(close_store_and_loop(&loop, store), 0);
+}
+
+static long rows_in_scope(PGconn *pg, const char *scope) {
+  const char *params[] = {scope};
+  PGresult *r = PQexecParams(pg, "SELECT count(*) FROM idem_records WHERE scope = $1", 1, NULL,
+                             params, NULL, NULL, 0);
+  assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+  long n = atol(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return n;
+}
+
+/* A store left running deletes what has expired by itself, as the LMDB
+ * sweeper does (before: rows stayed until `idem gc`, and a gateway's table
+ * grew by every key it ever saw). Counted: only the live record is left. */
+static void expired_records_are_swept_in_the_background(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  idem_store *store;
+  /* the default sweep_interval, 5s: the option alone would pass before */
+  assert_int_equal(idem_store_open(&loop, database("idem_test", NULL), &store, NULL), 0);
+  tally t = {0};
+  char key[32];
+  for (int i = 0; i <= 20; i++) {
+    snprintf(key, sizeof key, i < 20 ? "expiring-%d" : "kept", i);
+    idem_op op = claim_op(key);
+    op.scope = "sweep";
+    if (i < 20)
+      op.lease_ms = op.ttl_ms = 1; /* kept one lease past the lease: 2 ms */
+    assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
+  }
+  run_until(&loop, &t.done, 21, 10000);
+  assert_int_equal(t.ok, 21);
+  PGconn *pg = PQconnectdb(database("idem_test", NULL));
+  assert_int_equal(PQstatus(pg), CONNECTION_OK);
+  int64_t deadline = idem_now_ms() + 15000;
+  while (rows_in_scope(pg, "sweep") > 1) {
+    assert_true(idem_now_ms() < deadline);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  assert_int_equal(rows_in_scope(pg, "sweep"), 1);
+  PQfinish(pg);
   assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
@@ -688,6 +735,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(refused_claims_write_no_row_version),
       cmocka_unit_test(claim_waiting_on_a_newer_row_reads_it),
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
+      cmocka_unit_test(expired_records_are_swept_in_the_background),
       cmocka_unit_test(hung_server_times_out),
       cmocka_unit_test(row_lock_held_elsewhere_fails_only_its_key),
       cmocka_unit_test(reconnect_looks_the_host_up_off_the_loop),

@@ -50,6 +50,23 @@ static void options_are_taken_out(void **state) {
            "postgres:///db?host=/run/postgresql&connect_timeout=10", 0, 2, 64, 10000);
 }
 
+static int64_t sweep_interval_of(const char *uri) {
+  idem_pg_uri u;
+  assert_int_equal(idem_pg_uri_parse(uri, &u, NULL), 0);
+  free(u.conninfo);
+  return u.sweep_interval_ms;
+}
+
+static void sweep_interval_is_taken_out(void **state) {
+  (void)state;
+  assert_int_equal(sweep_interval_of("postgres://h/db"), 5000);
+  assert_int_equal(sweep_interval_of("postgres://h/db?sweep_interval=1m"), 60000);
+  assert_int_equal(sweep_interval_of("postgres://h/db?sweep_interval=off"), 0);
+  parse_ok("postgres://h/db?sweep_interval=30s", "postgres://h/db?connect_timeout=10", 0, 2, 64,
+           10000);
+  parse_bad("postgres://h/db?sweep_interval=soon", "sweep_interval=");
+}
+
 static void bad_options_are_refused(void **state) {
   (void)state;
   parse_bad("redis://h", "postgres://");
@@ -89,6 +106,7 @@ static void messages_are_one_line(void **state) {
 }
 
 UNIT_TESTS(cmocka_unit_test(options_are_taken_out),
+           cmocka_unit_test(sweep_interval_is_taken_out),
            cmocka_unit_test(bad_options_are_refused),
            cmocka_unit_test(what_libpq_refuses_is_refused),
            cmocka_unit_test(messages_are_one_line))
