@@ -31,6 +31,8 @@
  * returns (within a tick), before the next read, and asks for all that is
  * free; one that came back full is due again at once, so a dead consumer's
  * backlog is taken over as fast as the window frees, not a page a tick.
+ * Close: once everything is settled, the consumer leaves the group unless
+ * it still has entries pending (forget_script).
  *
  * Either connection lost: both go, and come back with backoff (100 ms to
  * 2 s); the host name is looked up again each time, off the loop. Settles
@@ -87,6 +89,8 @@ struct rbroker {
   rmsg *failq;
   size_t outstanding; /* delivered, not yet settled */
   size_t settling;    /* settles in flight */
+  int leaving;        /* closing: forget_script sent, not yet answered */
+  int left;           /* closing: forget_script done (or not possible) */
   char last_err[160];
 };
 
@@ -97,6 +101,15 @@ static const char dead_script[] =
     "if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return 0 end\n"
     "redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))\n"
     "return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])\n";
+
+/* A consumer that leaves with nothing pending is deleted from the group:
+ * named HOST-PID by default, every restart is a new consumer, and the group
+ * kept them all, for good. One with entries pending stays, so that they are
+ * taken over (DELCONSUMER would drop them from the group's pending list). */
+static const char forget_script[] =
+    "if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end\n"
+    "redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])\n"
+    "return 1\n";
 
 static void conn_start(rbroker *b);
 static void maybe_done(rbroker *b);
@@ -670,12 +683,32 @@ static void timer_closed(uv_handle_t *h) {
   cs_broker_free(&b->base);
 }
 
+static void on_forgotten(redisAsyncContext *ac, void *reply, void *priv) {
+  rbroker *b = priv;
+  redisReply *r = reply;
+  (void)ac;
+  if (r && r->type == REDIS_REPLY_ERROR)
+    fprintf(stderr, "idem consume: redis kept consumer %s in group %s: %.200s\n", b->consumer,
+            b->group, r->str);
+  b->leaving = 0;
+  maybe_done(b);
+}
+
 /* Closing ends once nothing is in flight: no read, no reclaim, no lookup,
- * and every delivered message settled. */
+ * and every delivered message settled; then this consumer leaves the group
+ * (forget_script), and the connections close. */
 static void maybe_done(rbroker *b) {
   if (!b->base.closing || b->reading || b->claiming || b->resolving || b->outstanding || b->settling ||
-      b->failq || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
+      b->failq || b->leaving || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
     return;
+  if (!b->left) {
+    b->left = 1;
+    const char *argv[] = {"EVAL", forget_script, "1", b->stream, b->group, b->consumer};
+    if (b->up && !rconn_send(b->wr, 6, argv, NULL, on_forgotten, b)) {
+      b->leaving = 1;
+      return;
+    }
+  }
   rconn *rd = b->rd, *wr = b->wr;
   b->rd = b->wr = NULL;
   rconn_close(rd);

@@ -173,6 +173,34 @@ class Takeover(ConsumeCase):
         self.assertEqual(self.dead_letters(), [])
 
 
+class Consumers(ConsumeCase):
+    def consumer_names(self):
+        return sorted(dict(zip(c[::2], c[1::2]))[b"name"].decode()
+                      for c in self.r.command("XINFO", "CONSUMERS", STREAM, GROUP))
+
+    def test_restarts_do_not_pile_up_consumers_in_the_group(self):
+        # each process is a consumer of its own (HOST-PID): one that exits with
+        # nothing pending leaves the group, so restarts add none for good
+        for i in range(3):
+            self.publish([{"message_id": "r-%d" % i, "body": "x"}])
+            c = self.consumer()
+            self.wait_settled()
+            self.assertEqual(c.stop(), 0, c.stderr())
+            self.assertEqual(self.consumer_names(), [], c.stderr())
+        # one that leaves an entry pending (its redelivery is due later) stays,
+        # so that another consumer takes that entry over
+        self.h.status["later"] = 503
+        self.publish([{"message_id": "later", "body": "x"}])
+        c = self.consumer("--retry-delay", "20s", "--max-retry-delay", "20s", "--lock-ttl", "30s",
+                          admin=True)
+        wait_for(lambda: self.h.attempts("later"), 10, what="the handler asked")
+        wait_for(lambda: c.metric('idem_messages_total{outcome="retry"}') == 1, 10,
+                 what="the retry settled")
+        self.assertEqual(c.stop(), 0, c.stderr())
+        self.assertEqual(len(self.consumer_names()), 1)
+        self.assertEqual(self.pending(), 1)
+
+
 class Leases(ConsumeCase):
     def test_a_complete_after_failed_claims_is_tried_again(self):
         # the claim failed while the store was away (its backoff grew); the
