@@ -169,10 +169,14 @@ static int prepare_dir(const char *path, int create, char **errmsg) {
       return fail(errmsg, IDEM_ESTORE, "lmdb: cannot use '%s': %s", path, strerror(errno));
     if (!create)
       return fail(errmsg, IDEM_ENOTSTORE, "lmdb: no store at '%s' (no such directory)", path);
-    if (mkdir(path, 0700) != 0)
+    if (mkdir(path, 0700) == 0)
+      return 0;
+    /* another process made it since the stat (two gateways started at once
+     * on a new path): check it as any existing one */
+    int e = errno;
+    if (e != EEXIST || stat(path, &st) != 0)
       return fail(errmsg, IDEM_ESTORE, "lmdb: cannot create store directory '%s': %s", path,
-                  strerror(errno));
-    return 0;
+                  strerror(e));
   }
   if (!S_ISDIR(st.st_mode))
     return fail(errmsg, IDEM_ENOTSTORE,

@@ -1,12 +1,14 @@
 """idem keys get|delete|list and idem gc on an lmdb: store that a gateway
 filled: JSON output that parses, exit codes (0 ok, 1 failed, 2 usage), clear
-errors for a path that is not a store. The store is read while the gateway
-still runs (LMDB is shared between processes) and after it stopped."""
+errors for a path that is not a store, and processes creating one store at
+once. The store is read while the gateway still runs (LMDB is shared between
+processes) and after it stopped."""
 
 import json
 import os
+import subprocess
 
-from harness import GatewayTestCase, main, run_idem
+from harness import GatewayTestCase, idem_bin, main, run_idem, wait_for
 
 
 class KeysAndGc(GatewayTestCase):
@@ -187,6 +189,38 @@ class KeysAndGc(GatewayTestCase):
         self.assertNotEqual(code, 0)
         self.assertIn("no store at", err)
         self.assertFalse(os.path.exists(missing))
+
+
+class FreshStore(GatewayTestCase):
+    def test_processes_that_create_one_store_at_once_all_open_it(self):
+        # several processes (the gateways of a deploy, a gc) starting at once on
+        # a new path: the one whose mkdir came second failed with "cannot create
+        # store directory: File exists". Each waits at a FIFO, all let go at once.
+        for round_ in range(10):
+            d = self.tempdir()
+            fifo = os.path.join(d, "go")
+            os.mkfifo(fifo)
+            # the test holds the only writer, so the readers' opens do not block;
+            # closing it wakes them all at once (end of file)
+            gate = os.open(fifo, os.O_RDWR)
+            uri = "lmdb:%s/store?create=yes" % d
+            procs = [subprocess.Popen(["sh", "-c", 'read x < "$1"; exec "$0" gc --store "$2"',
+                                       idem_bin(), fifo, uri],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                     for _ in range(12)]
+
+            def at_the_gate(pid):
+                try:
+                    return os.readlink("/proc/%d/fd/0" % pid) == fifo
+                except OSError:
+                    return False
+            wait_for(lambda: all(at_the_gate(p.pid) for p in procs), 10,
+                     what="every process waiting at the FIFO")
+            os.close(gate)
+            for p in procs:
+                out, err = p.communicate(timeout=30)
+                self.assertEqual(p.returncode, 0, "round %d: %s" % (round_, err.decode()))
+                self.assertEqual(json.loads(out), {"deleted": 0})
 
 
 if __name__ == "__main__":
