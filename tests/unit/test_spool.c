@@ -203,7 +203,9 @@ static void test_answer_outliving_its_record_is_kept(void **state) {
   res = run(f, (idem_op){.kind = IDEM_OP_GET, .key = "k"});
   assert_int_equal(res.err, 0);
   assert_int_equal(res.record->state, IDEM_STATE_COMPLETED);
-  assert_int_equal(res.fence, fence + 1);
+  /* a new claim: the next fence over the expired record, or 1 again if
+   * the memory store's sweep had deleted it (a record gone starts over) */
+  assert_true(res.fence == fence + 1 || res.fence == 1);
   assert_int_equal(res.record->response.body_len, 4);
   assert_memory_equal(res.record->response.body, "kept", 4);
   idem_result_clear(&res);
