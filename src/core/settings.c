@@ -28,12 +28,15 @@ static void size_text(uint64_t v, char *out, size_t len) {
   snprintf(out, len, "%lluB", (unsigned long long)v);
 }
 
-/* "7d", "90s" or "1500ms": the largest unit that divides it. */
-static void duration_text(int64_t ms, char *out, size_t len) {
+void settings_duration_text(int64_t ms, char *out, size_t len) {
   static const struct { int64_t ms; const char *unit; } units[] = {
       {86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (ms && ms % units[i].ms == 0) {
+  if (!ms) {
+    snprintf(out, len, "0");
+    return;
+  }
+  for (size_t i = ms == units[0].ms; i < sizeof units / sizeof units[0]; i++)
+    if (ms % units[i].ms == 0) {
       snprintf(out, len, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
       return;
     }
@@ -74,8 +77,8 @@ static int set_duration(const setting *s, int64_t *field, const char *v, char *e
   }
   if (!parsed || ms < s->min || ms > s->max) {
     char lo[32], hi[32];
-    duration_text(s->min, lo, sizeof lo);
-    duration_text(s->max, hi, sizeof hi);
+    settings_duration_text(s->min, lo, sizeof lo);
+    settings_duration_text(s->max, hi, sizeof hi);
     idem_errf(err, len, "--%s: '%s' is out of range; use a duration from %s to %s", s->name, v,
             zero_ok ? "0" : lo, hi);
     return -1;

@@ -79,6 +79,11 @@ typedef struct {
 } settings_words;
 int settings_take_word(void *words, const char *word, char *err, size_t errlen);
 
+/* ms as a duration flag takes it: "7d", "90s", "1500ms" (the largest unit
+ * that divides it), "0", and one day as "24h" (the default --ttl, as the
+ * README and --help write it). */
+void settings_duration_text(int64_t ms, char *out, size_t len);
+
 /* The options section of --help: one "  --name FORM   help" entry per row,
  * help lines aligned, "(default X)" appended where the row has one. */
 void settings_usage(const setting_table *t, FILE *out);

@@ -248,23 +248,6 @@ const setting_table gw_policy_table = {"route", policy_rows,
 
 /* ---- values as text ---- */
 
-/* The largest unit that divides ms, but one day is "24h": the default
- * --ttl, as the README and --help write it. */
-static void duration_text(int64_t ms, char *out, size_t len) {
-  static const struct { int64_t ms; const char *unit; } units[] = {
-      {86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
-  if (!ms) {
-    snprintf(out, len, "0");
-    return;
-  }
-  for (size_t i = ms == units[0].ms; i < sizeof units / sizeof units[0]; i++)
-    if (ms % units[i].ms == 0) {
-      snprintf(out, len, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
-      return;
-    }
-  snprintf(out, len, "%lldms", (long long)ms);
-}
-
 static void join(char *out, size_t len, const char *prefix, const char (*items)[16],
                  size_t stride, int n) {
   size_t o = (size_t)snprintf(out, len, "%s", prefix);
@@ -279,11 +262,11 @@ void gw_policy_value(const gw_policy *p, const char *name, char *out, size_t len
   if (!strcmp(name, "methods"))
     join(out, len, "", p->methods, sizeof p->methods[0], p->nmethods);
   else if (!strcmp(name, "ttl"))
-    duration_text(p->ttl_ms, out, len);
+    settings_duration_text(p->ttl_ms, out, len);
   else if (!strcmp(name, "lock-ttl"))
-    duration_text(p->lock_ttl_ms, out, len);
+    settings_duration_text(p->lock_ttl_ms, out, len);
   else if (!strcmp(name, "wait"))
-    duration_text(p->wait_ms, out, len);
+    settings_duration_text(p->wait_ms, out, len);
   else if (!strcmp(name, "require-key"))
     snprintf(out, len, "%s", p->require_key ? "true" : "false");
   else if (!strcmp(name, "key"))
