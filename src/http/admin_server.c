@@ -2,13 +2,13 @@
  * listeners (admin_server.h). */
 #include "http/admin_server.h"
 
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <http_parser.h>
 
 #include "core/queue.h"
+#include "http/config.h"
 #include "http/msg.h"
 #include "http/policy.h"
 #include "http/send_watch.h"
@@ -306,8 +306,7 @@ static int bound_port(gw_admin_server *s) {
   int sl = sizeof ss;
   if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &sl))
     return 0;
-  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                        : ((struct sockaddr_in *)&ss)->sin_port);
+  return gw_sockaddr_port(&ss);
 }
 
 gw_admin_server *gw_admin_server_listen(uv_loop_t *loop, const char *host, int *port,

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+
 #include <uv.h>
 
 #include "core/settings.h"
@@ -23,6 +25,11 @@ void gw_addr_format(const char *host, int port, char *out, size_t len) {
     snprintf(out, len, "[%s]:%d", host, port);
   else
     snprintf(out, len, "%s:%d", host, port);
+}
+
+int gw_sockaddr_port(const struct sockaddr_storage *ss) {
+  return ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                         : ((const struct sockaddr_in *)ss)->sin_port);
 }
 
 static int parse_port(const char *s, int allow_zero) {

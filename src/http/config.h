@@ -107,4 +107,9 @@ int gw_http_url_parse(const char *url, char *host, size_t hostlen, int *port,
 /* Write "HOST:PORT" or "[V6]:PORT". */
 void gw_addr_format(const char *host, int port, char *out, size_t len);
 
+/* The port of an IPv4 or IPv6 address, as getsockname gives it (a
+ * listener's, when port 0 let the system pick one). */
+struct sockaddr_storage;
+int gw_sockaddr_port(const struct sockaddr_storage *ss);
+
 #endif

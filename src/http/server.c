@@ -69,9 +69,7 @@ static int listen_socket(const char *host, int *port, int reuseport) {
   if (*port == 0) {
     sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);
-    *port = ntohs(ss.ss_family == AF_INET6
-                      ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                      : ((struct sockaddr_in *)&ss)->sin_port);
+    *port = gw_sockaddr_port(&ss);
   }
   return fd;
 }
