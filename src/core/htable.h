@@ -15,8 +15,10 @@
 
 typedef struct idem_hnode {
   struct idem_hnode *next;
-  const unsigned char *key;
+  size_t hash; /* idem_fnv1a of the key, set by link: a chain walk and a
+                * rehash read no key bytes of the nodes that differ */
   size_t klen;
+  const unsigned char *key;
 } idem_hnode;
 
 typedef struct {
@@ -35,18 +37,25 @@ static inline int idem_htable_init(idem_htable *t) {
   return t->buckets ? 0 : -1;
 }
 
-/* Where key's node is, or would be linked: *slot is NULL when absent. */
-static inline idem_hnode **idem_htable_slot(idem_htable *t, const unsigned char *key, size_t klen) {
-  idem_hnode **slot = &t->buckets[idem_fnv1a(key, klen) & (t->nbuckets - 1)];
-  while (*slot && ((*slot)->klen != klen || memcmp((*slot)->key, key, klen)))
+/* Where the node of key (whose idem_fnv1a is hash) is, or would be linked:
+ * *slot is NULL when absent. */
+static inline idem_hnode **idem_htable_slot_hashed(idem_htable *t, size_t hash,
+                                                   const unsigned char *key, size_t klen) {
+  idem_hnode **slot = &t->buckets[hash & (t->nbuckets - 1)];
+  while (*slot && ((*slot)->hash != hash || (*slot)->klen != klen || memcmp((*slot)->key, key, klen)))
     slot = &(*slot)->next;
   return slot;
+}
+
+static inline idem_hnode **idem_htable_slot(idem_htable *t, const unsigned char *key, size_t klen) {
+  return idem_htable_slot_hashed(t, idem_fnv1a(key, klen), key, klen);
 }
 
 /* Link node (its key set) at slot, an empty one from idem_htable_slot; the
  * table may grow, so slots found before are stale afterwards. */
 static inline void idem_htable_link(idem_htable *t, idem_hnode **slot, idem_hnode *node) {
   node->next = NULL;
+  node->hash = idem_fnv1a(node->key, node->klen);
   *slot = node;
   if (++t->count <= t->nbuckets)
     return;
@@ -57,7 +66,7 @@ static inline void idem_htable_link(idem_htable *t, idem_hnode **slot, idem_hnod
   for (size_t i = 0; i < t->nbuckets; i++)
     for (idem_hnode *e = t->buckets[i], *next; e; e = next) {
       next = e->next;
-      idem_hnode **head = &buckets[idem_fnv1a(e->key, e->klen) & (n - 1)];
+      idem_hnode **head = &buckets[e->hash & (n - 1)];
       e->next = *head;
       *head = e;
     }

@@ -1,38 +1,65 @@
 /* memory.c - the memory: store. One table per name, shared by every handle
- * in the process (one handle per loop), guarded by a mutex. No durability:
- * for tests, and as the reference for how a backend runs idem_transition.
- * Expired records are swept a little at every transition (sweep_some), so a
- * long-running process holds about what its retention implies. */
+ * in the process (one handle per loop). No durability: for tests, and as the
+ * reference for how a backend runs idem_transition.
+ *
+ * A table is SHARDS hash tables, each with its own mutex, picked by the high
+ * bits of the key's hash: the loops seldom wait for each other, and a table
+ * that doubles (rehashing every record it holds, under its lock) stops one
+ * shard for a sixteenth of the time, not every loop for all of it (a gateway
+ * on unique keys holds millions of records for its --ttl). Expired records
+ * are swept a little at every transition (sweep_some), so a long-running
+ * process holds about what its retention implies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fnv.h"
 #include "core/htable.h"
 #include "core/scoped_key.h"
 #include "store/backend.h"
 
 typedef struct entry {
-  idem_hnode node; /* keyed by key[] */
-  unsigned char key[IDEM_SCOPED_KEY_MAX];
-  idem_record rec; /* deep copy, scope and key set */
+  int64_t expires_at; /* rec.expires_at, on the cache line of node.next and
+                       * node.hash: the sweep and a chain walk touch one line */
+  idem_hnode node;    /* keyed by key[] */
+  idem_record rec;    /* deep copy, scope and key set */
+  unsigned char key[];
 } entry;
+
+typedef struct shard {
+  pthread_mutex_t lock;
+  idem_htable records;
+  size_t sweep_at; /* the next bucket sweep_some looks at */
+} shard;
+
+#define SHARDS 16 /* a power of two */
 
 typedef struct table {
   idem_queue registered; /* in the registry */
   char *name;
   int refs;
-  pthread_mutex_t lock;
-  idem_htable records;
-  size_t sweep_at; /* the next bucket sweep_some looks at */
+  shard shards[SHARDS];
 } table;
 
-/* Buckets looked at per transition. The table has at least one bucket per
- * record, so records that expire are all gone within nbuckets / SWEEP_BUCKETS
- * transitions: the table holds about twice its live records, at most. */
-#define SWEEP_BUCKETS 2
+/* Buckets looked at per transition, in the transition's shard. A shard has
+ * at least one bucket per record, so records that expire are all gone within
+ * nbuckets / SWEEP_BUCKETS of its transitions: it holds about twice its live
+ * records, at most. Four, not two: the keys spread over the shards unevenly,
+ * and a whole table should still be swept within as many transitions as it
+ * holds records (test_memory_sweep.c). */
+#define SWEEP_BUCKETS 4
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry};
+
+/* The shard of a key: the top bits of its hash times the golden ratio
+ * (Fibonacci hashing), since the hash's low bits pick the bucket inside the
+ * shard, and FNV-1a's own top bits barely differ between keys that differ
+ * in their last bytes ("order-1", "order-2"). */
+static shard *shard_of(table *t, size_t hash) {
+  uint64_t mixed = (uint64_t)hash * UINT64_C(0x9E3779B97F4A7C15);
+  return &t->shards[(mixed >> 60) & (SHARDS - 1)];
+}
 
 /* ---- the hash table ---------------------------------------------------- */
 
@@ -43,17 +70,19 @@ static void entry_free(entry *e) {
   free(e);
 }
 
-static int put(table *t, idem_hnode **slot, const unsigned char *key, size_t len,
+static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len,
                const idem_record *rec) {
   idem_record copy;
   if (idem_record_copy(&copy, rec))
     return IDEM_ENOMEM;
   if (*slot) {
-    idem_record_clear(&entry_of(*slot)->rec);
-    entry_of(*slot)->rec = copy;
+    entry *e = entry_of(*slot);
+    idem_record_clear(&e->rec);
+    e->rec = copy;
+    e->expires_at = copy.expires_at;
     return 0;
   }
-  entry *e = calloc(1, sizeof *e);
+  entry *e = calloc(1, sizeof *e + len);
   if (!e) {
     idem_record_clear(&copy);
     return IDEM_ENOMEM;
@@ -62,23 +91,24 @@ static int put(table *t, idem_hnode **slot, const unsigned char *key, size_t len
   e->node.key = e->key;
   e->node.klen = len;
   e->rec = copy;
-  idem_htable_link(&t->records, slot, &e->node);
+  e->expires_at = copy.expires_at;
+  idem_htable_link(&s->records, slot, &e->node);
   return 0;
 }
 
-static void remove_at(table *t, idem_hnode **slot) {
-  entry_free(entry_of(idem_htable_unlink(&t->records, slot)));
+static void remove_at(shard *s, idem_hnode **slot) {
+  entry_free(entry_of(idem_htable_unlink(&s->records, slot)));
 }
 
 /* Delete the records past their retention in the next few buckets. Without
  * it, expired records stayed until their key was used again: a gateway on
  * memory: grew by every fresh key it ever saw. */
-static void sweep_some(table *t, int64_t now) {
+static void sweep_some(shard *s, int64_t now) {
   for (int n = 0; n < SWEEP_BUCKETS; n++) {
-    idem_hnode **slot = &t->records.buckets[t->sweep_at++ & (t->records.nbuckets - 1)];
+    idem_hnode **slot = &s->records.buckets[s->sweep_at++ & (s->records.nbuckets - 1)];
     while (*slot) {
-      if (entry_of(*slot)->rec.expires_at <= now)
-        remove_at(t, slot);
+      if (entry_of(*slot)->expires_at <= now)
+        remove_at(s, slot);
       else
         slot = &(*slot)->next;
     }
@@ -87,31 +117,43 @@ static void sweep_some(table *t, int64_t now) {
 
 /* ---- operations ------------------------------------------------------- */
 
-static int run_transition(table *t, idem_req *req) {
+/* A claim, complete, fail, release or get, under its shard's lock. */
+static int run_transition(shard *s, const unsigned char *key, size_t len, size_t hash,
+                          idem_req *req) {
   int64_t now = idem_now_ms();
-  sweep_some(t, now); /* before the slot is found: a sweep may unlink near it */
-  unsigned char key[IDEM_SCOPED_KEY_MAX];
-  size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  idem_hnode **slot = idem_htable_slot(&t->records, key, len);
+  sweep_some(s, now); /* before the slot is found: a sweep may unlink near it */
+  idem_hnode **slot = idem_htable_slot_hashed(&s->records, hash, key, len);
   idem_record next;
   idem_result *res = &req->result;
   int write = idem_transition(*slot ? &entry_of(*slot)->rec : NULL, &req->op, now, &next, res);
   if (res->record && idem_result_set_record(res, res->record, req->op.scope, req->op.key))
     return IDEM_ENOMEM;
   if (write == IDEM_WRITE_PUT)
-    return put(t, slot, key, len, &next);
+    return put(s, slot, key, len, &next);
   return 0;
 }
 
-static int run_delete(table *t, idem_req *req) {
-  unsigned char key[IDEM_SCOPED_KEY_MAX];
-  size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  idem_hnode **slot = idem_htable_slot(&t->records, key, len);
+static int run_delete(shard *s, const unsigned char *key, size_t len, size_t hash,
+                      idem_req *req) {
+  idem_hnode **slot = idem_htable_slot_hashed(&s->records, hash, key, len);
   if (!*slot)
     return IDEM_ENOTFOUND;
-  remove_at(t, slot);
+  remove_at(s, slot);
   req->result.count = 1;
   return 0;
+}
+
+/* An operation on one key: it needs its shard only. */
+static int run_keyed(table *t, idem_req *req) {
+  unsigned char key[IDEM_SCOPED_KEY_MAX];
+  size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
+  size_t hash = idem_fnv1a(key, len);
+  shard *s = shard_of(t, hash);
+  pthread_mutex_lock(&s->lock);
+  int err = req->op.kind == IDEM_OP_DELETE ? run_delete(s, key, len, hash, req)
+                                           : run_transition(s, key, len, hash, req);
+  pthread_mutex_unlock(&s->lock);
+  return err;
 }
 
 static int by_scoped_key(const void *a, const void *b) {
@@ -119,65 +161,70 @@ static int by_scoped_key(const void *a, const void *b) {
   return idem_scoped_key_cmp(x->key, x->node.klen, y->key, y->node.klen);
 }
 
-/* Live records in (scope, key) order, after op.key within op.scope. */
+/* Live records in (scope, key) order, after op.key within op.scope; every
+ * shard locked, so the entries stay while they are copied. */
 static int run_list(table *t, idem_req *req) {
-  entry **all = malloc((t->records.count + 1) * sizeof *all);
-  if (!all)
-    return IDEM_ENOMEM;
+  size_t count = 0;
+  for (int i = 0; i < SHARDS; i++) {
+    pthread_mutex_lock(&t->shards[i].lock);
+    count += t->shards[i].records.count;
+  }
+  int err = 0;
+  entry **all = malloc((count + 1) * sizeof *all);
+  if (!all) {
+    err = IDEM_ENOMEM;
+    goto out;
+  }
   size_t n = 0;
   int64_t now = idem_now_ms();
-  for (size_t i = 0; i < t->records.nbuckets; i++)
-    for (entry *e = entry_of(t->records.buckets[i]); e; e = entry_of(e->node.next))
-      if (e->rec.state != IDEM_STATE_UNSEEN && now < e->rec.expires_at &&
-          (!req->op.scope || !strcmp(req->op.scope, e->rec.scope)))
-        all[n++] = e;
+  for (int i = 0; i < SHARDS; i++) {
+    const idem_htable *ht = &t->shards[i].records;
+    for (size_t b = 0; b < ht->nbuckets; b++)
+      for (entry *e = entry_of(ht->buckets[b]); e; e = entry_of(e->node.next))
+        if (e->rec.state != IDEM_STATE_UNSEEN && now < e->rec.expires_at &&
+            (!req->op.scope || !strcmp(req->op.scope, e->rec.scope)))
+          all[n++] = e;
+  }
   qsort(all, n, sizeof *all, by_scoped_key);
   unsigned char after[IDEM_SCOPED_KEY_MAX];
-  entry pivot = {.node.klen = req->op.key ? idem_scoped_key_encode(req->op.scope, req->op.key, after) : 0};
-  memcpy(pivot.key, after, pivot.node.klen);
-  entry *pivot_ptr = &pivot;
-  int err = 0;
+  size_t after_len = req->op.key ? idem_scoped_key_encode(req->op.scope, req->op.key, after) : 0;
   for (size_t i = 0; i < n && req->result.count < req->op.limit && !err; i++)
-    if (!req->op.key || by_scoped_key(&all[i], &pivot_ptr) > 0)
+    if (!req->op.key || idem_scoped_key_cmp(all[i]->key, all[i]->node.klen, after, after_len) > 0)
       err = idem_result_add_record(&req->result, &all[i]->rec, all[i]->rec.scope, all[i]->rec.key);
   free(all);
+out:
+  for (int i = SHARDS - 1; i >= 0; i--)
+    pthread_mutex_unlock(&t->shards[i].lock);
   return err;
 }
 
+/* Expired records, up to op.limit, a shard at a time. */
 static int run_gc(table *t, idem_req *req) {
   int64_t now = idem_now_ms();
-  for (size_t i = 0; i < t->records.nbuckets && req->result.count < req->op.limit; i++) {
-    idem_hnode **slot = &t->records.buckets[i];
-    while (*slot && req->result.count < req->op.limit) {
-      if (entry_of(*slot)->rec.expires_at <= now) {
-        remove_at(t, slot);
-        req->result.count++;
-      } else {
-        slot = &(*slot)->next;
+  for (int i = 0; i < SHARDS && req->result.count < req->op.limit; i++) {
+    shard *s = &t->shards[i];
+    pthread_mutex_lock(&s->lock);
+    for (size_t b = 0; b < s->records.nbuckets && req->result.count < req->op.limit; b++) {
+      idem_hnode **slot = &s->records.buckets[b];
+      while (*slot && req->result.count < req->op.limit) {
+        if (entry_of(*slot)->expires_at <= now) {
+          remove_at(s, slot);
+          req->result.count++;
+        } else {
+          slot = &(*slot)->next;
+        }
       }
     }
+    pthread_mutex_unlock(&s->lock);
   }
   return 0;
 }
 
-static int run(table *t, idem_req *req) {
-  switch (req->op.kind) {
-  case IDEM_OP_DELETE:
-    return run_delete(t, req);
-  case IDEM_OP_LIST:
-    return run_list(t, req);
-  case IDEM_OP_GC:
-    return run_gc(t, req);
-  default:
-    return run_transition(t, req);
-  }
-}
-
 static void memory_submit(idem_store *store, idem_req *req) {
   table *t = store->impl;
-  pthread_mutex_lock(&t->lock);
-  int err = run(t, req);
-  pthread_mutex_unlock(&t->lock);
+  int err = req->op.kind == IDEM_OP_LIST ? run_list(t, req)
+            : req->op.kind == IDEM_OP_GC ? run_gc(t, req)
+                                         : run_keyed(t, req);
   if (err)
     idem_req_fail(req, err);
   else
@@ -190,24 +237,37 @@ static table *table_new(const char *name) {
   table *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
-  t->name = strdup(name);
-  if (idem_htable_init(&t->records) || !t->name || pthread_mutex_init(&t->lock, NULL)) {
-    free(t->records.buckets);
-    free(t->name);
+  if (!(t->name = strdup(name))) {
     free(t);
     return NULL;
+  }
+  for (int i = 0; i < SHARDS; i++) {
+    shard *s = &t->shards[i];
+    if (idem_htable_init(&s->records) || pthread_mutex_init(&s->lock, NULL)) {
+      free(s->records.buckets);
+      while (--i >= 0) {
+        pthread_mutex_destroy(&t->shards[i].lock);
+        free(t->shards[i].records.buckets);
+      }
+      free(t->name);
+      free(t);
+      return NULL;
+    }
   }
   return t;
 }
 
 static void table_free(table *t) {
-  for (size_t i = 0; i < t->records.nbuckets; i++)
-    for (idem_hnode *e = t->records.buckets[i], *next; e; e = next) {
-      next = e->next;
-      entry_free(entry_of(e));
-    }
-  pthread_mutex_destroy(&t->lock);
-  free(t->records.buckets);
+  for (int i = 0; i < SHARDS; i++) {
+    shard *s = &t->shards[i];
+    for (size_t b = 0; b < s->records.nbuckets; b++)
+      for (idem_hnode *e = s->records.buckets[b], *next; e; e = next) {
+        next = e->next;
+        entry_free(entry_of(e));
+      }
+    pthread_mutex_destroy(&s->lock);
+    free(s->records.buckets);
+  }
   free(t->name);
   free(t);
 }
