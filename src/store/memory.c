@@ -2,13 +2,13 @@
  * in the process (one handle per loop). No durability: for tests, and as the
  * reference for how a backend runs idem_transition.
  *
- * A table is SHARDS hash tables, each with its own mutex, picked by the high
- * bits of the key's hash: the loops seldom wait for each other, and a table
- * that doubles (rehashing every record it holds, under its lock) stops one
- * shard for a sixteenth of the time, not every loop for all of it (a gateway
- * on unique keys holds millions of records for its --ttl). Expired records
- * are swept a little at every transition (sweep_some), so a long-running
- * process holds about what its retention implies. */
+ * A table is SHARDS hash tables, each with its own mutex, picked by the
+ * key's hash: the loops seldom wait for each other, and a table that doubles
+ * (rehashing every record it holds, under its lock) stops one shard for a
+ * sixteenth of the time, not every loop for all of it (a gateway on unique
+ * keys holds millions of records for its --ttl). Expired records
+ * are swept a little at every claim (sweep_some), so a long-running process
+ * holds about what its retention implies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,12 +41,12 @@ typedef struct table {
   shard shards[SHARDS];
 } table;
 
-/* Buckets looked at per transition, in the transition's shard. A shard has
- * at least one bucket per record, so records that expire are all gone within
- * nbuckets / SWEEP_BUCKETS of its transitions: it holds about twice its live
+/* Buckets looked at per claim, in the claim's shard. A shard has at least
+ * one bucket per record, so records that expire are all gone within
+ * nbuckets / SWEEP_BUCKETS of its claims: it holds about twice its live
  * records, at most. Four, not two: the keys spread over the shards unevenly,
- * and a whole table should still be swept within as many transitions as it
- * holds records (test_memory_sweep.c). */
+ * and a whole table should still be swept within as many claims as it holds
+ * records (test_memory_sweep.c). */
 #define SWEEP_BUCKETS 4
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -121,7 +121,10 @@ static void sweep_some(shard *s, int64_t now) {
 static int run_transition(shard *s, const unsigned char *key, size_t len, size_t hash,
                           idem_req *req) {
   int64_t now = idem_now_ms();
-  sweep_some(s, now); /* before the slot is found: a sweep may unlink near it */
+  /* Only claims add records, so only claims sweep (before the slot is found:
+   * a sweep may unlink near it); a gateway's complete then costs no sweep. */
+  if (req->op.kind == IDEM_OP_CLAIM)
+    sweep_some(s, now);
   idem_hnode **slot = idem_htable_slot_hashed(&s->records, hash, key, len);
   idem_record next;
   idem_result *res = &req->result;
