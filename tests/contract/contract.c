@@ -508,6 +508,42 @@ static void list_returns_the_scope_records(void **state) {
   idem_result_clear(&res);
 }
 
+/* Every live record of a scope once, in key order, page by page: each page
+ * resumes after the last key of the one before. The keys are claimed out of
+ * order and are enough to spread over every shard of memory:. */
+static void list_pages_in_key_order(void **state) {
+  (void)state;
+  enum { KEYS = 40, PAGE = 7 };
+  char scope[80];
+  snprintf(scope, sizeof scope, "page-%s", run_id);
+  idem_result res;
+  for (int i = 0; i < KEYS; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "p%02d", (i * 17) % KEYS);
+    assert_int_equal(claim(scope, key, "a", TTL_LONG_MS, &res), 0);
+    assert_true(claimed(&res, 1));
+  }
+  char after[16] = "";
+  int seen = 0;
+  for (int pages = 0; pages <= KEYS / PAGE + 1; pages++) {
+    idem_op op = {.kind = IDEM_OP_LIST, .scope = scope, .limit = PAGE,
+                  .key = after[0] ? after : NULL};
+    assert_int_equal(idem_sync_run(db, &op, &res), 0);
+    for (size_t i = 0; i < res.count; i++) {
+      char want[16];
+      snprintf(want, sizeof want, "p%02d", seen++);
+      assert_string_equal(res.records[i].key, want);
+    }
+    size_t count = res.count;
+    if (count)
+      snprintf(after, sizeof after, "%s", res.records[count - 1].key);
+    idem_result_clear(&res);
+    if (count < PAGE)
+      break;
+  }
+  assert_int_equal(seen, KEYS);
+}
+
 static void gc_removes_expired_records(void **state) {
   (void)state;
   char scope[80];
@@ -854,6 +890,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(delete_forgets_the_record),
       cmocka_unit_test(scopes_are_isolated),
       cmocka_unit_test(list_returns_the_scope_records),
+      cmocka_unit_test(list_pages_in_key_order),
       cmocka_unit_test(gc_removes_expired_records),
       cmocka_unit_test(invalid_operations_are_refused),
       cmocka_unit_test(huge_durations_never_let_a_duplicate_run),
