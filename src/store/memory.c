@@ -29,7 +29,10 @@ typedef struct entry {
 typedef struct shard {
   pthread_mutex_t lock;
   idem_htable records;
-  size_t sweep_at; /* the next bucket sweep_some looks at */
+  size_t sweep_at;     /* the next bucket sweep_some looks at */
+  int64_t earliest;    /* no record here expires before it: till then the
+                        * sweep has nothing to find and reads nothing */
+  int64_t cycle_least; /* the least expiry seen since sweep_at was 0 */
 } shard;
 
 #define SHARDS 16 /* a power of two */
@@ -70,11 +73,15 @@ static void entry_free(entry *e) {
   free(e);
 }
 
+static int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
+
 static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len,
                const idem_record *rec) {
   idem_record copy;
   if (idem_record_copy(&copy, rec))
     return IDEM_ENOMEM;
+  s->earliest = least(s->earliest, copy.expires_at);
+  s->cycle_least = least(s->cycle_least, copy.expires_at);
   if (*slot) {
     entry *e = entry_of(*slot);
     idem_record_clear(&e->rec);
@@ -92,7 +99,13 @@ static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len
   e->node.klen = len;
   e->rec = copy;
   e->expires_at = copy.expires_at;
+  size_t nbuckets = s->records.nbuckets;
   idem_htable_link(&s->records, slot, &e->node);
+  if (s->records.nbuckets != nbuckets) {
+    /* records moved to buckets this cycle has passed: start it again */
+    s->sweep_at = 0;
+    s->cycle_least = INT64_MAX;
+  }
   return 0;
 }
 
@@ -102,15 +115,28 @@ static void remove_at(shard *s, idem_hnode **slot) {
 
 /* Delete the records past their retention in the next few buckets. Without
  * it, expired records stayed until their key was used again: a gateway on
- * memory: grew by every fresh key it ever saw. */
+ * memory: grew by every fresh key it ever saw. Each bucket is a cache miss
+ * or two in a large table, so nothing is read while no record can have
+ * expired yet (earliest, a lower bound kept by put; each whole pass over
+ * the buckets raises it to the least expiry the pass saw). */
 static void sweep_some(shard *s, int64_t now) {
+  if (now < s->earliest)
+    return;
+  size_t mask = s->records.nbuckets - 1;
   for (int n = 0; n < SWEEP_BUCKETS; n++) {
-    idem_hnode **slot = &s->records.buckets[s->sweep_at++ & (s->records.nbuckets - 1)];
+    idem_hnode **slot = &s->records.buckets[s->sweep_at++ & mask];
     while (*slot) {
-      if (entry_of(*slot)->expires_at <= now)
+      int64_t expires_at = entry_of(*slot)->expires_at;
+      if (expires_at <= now) {
         remove_at(s, slot);
-      else
+      } else {
+        s->cycle_least = least(s->cycle_least, expires_at);
         slot = &(*slot)->next;
+      }
+    }
+    if ((s->sweep_at & mask) == 0) { /* a whole pass: every record was seen */
+      s->earliest = s->cycle_least;
+      s->cycle_least = INT64_MAX;
     }
   }
 }
@@ -246,6 +272,7 @@ static table *table_new(const char *name) {
   }
   for (int i = 0; i < SHARDS; i++) {
     shard *s = &t->shards[i];
+    s->earliest = s->cycle_least = INT64_MAX;
     if (idem_htable_init(&s->records) || pthread_mutex_init(&s->lock, NULL)) {
       free(s->records.buckets);
       while (--i >= 0) {

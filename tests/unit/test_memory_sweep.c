@@ -59,4 +59,33 @@ static void expired_records_are_swept_by_later_transitions(void **state) {
   idem_sync_close(db);
 }
 
-UNIT_TESTS(cmocka_unit_test(expired_records_are_swept_by_later_transitions))
+/* The sweep reads nothing while no record can have expired (a lower bound
+ * on the expiries); records that expire soon, claimed after many that live
+ * long, must lower that bound, or they would stay. */
+static void short_lived_records_after_long_lived_ones_are_swept(void **state) {
+  (void)state;
+  idem_sync *db = NULL;
+  assert_int_equal(idem_sync_open("memory:sweep-order", &db, NULL), 0);
+  char key[32];
+  for (int i = 0; i < OLD; i++) {
+    snprintf(key, sizeof key, "long-%d", i);
+    claim_ok(db, key, 3600 * 1000);
+  }
+  for (int i = 0; i < OLD; i++) {
+    snprintf(key, sizeof key, "short-%d", i);
+    claim_ok(db, key, 1);
+  }
+  int64_t all_expired = idem_now_ms() + 3;
+  while (idem_now_ms() < all_expired)
+    usleep(1000);
+  for (int i = 0; i < 2 * OLD; i++) { /* as many claims as records held */
+    snprintf(key, sizeof key, "new-%d", i);
+    claim_ok(db, key, 3600 * 1000);
+  }
+  assert_int_equal(run_count(db, IDEM_OP_GC), 0);
+  assert_int_equal(run_count(db, IDEM_OP_LIST), 3 * OLD);
+  idem_sync_close(db);
+}
+
+UNIT_TESTS(cmocka_unit_test(expired_records_are_swept_by_later_transitions),
+           cmocka_unit_test(short_lived_records_after_long_lived_ones_are_swept))
