@@ -6,9 +6,9 @@
  * key's hash: the loops seldom wait for each other, and a table that doubles
  * (rehashing every record it holds, under its lock) stops one shard for a
  * sixteenth of the time, not every loop for all of it (a gateway on unique
- * keys holds millions of records for its --ttl). Expired records
- * are swept a little at every claim (sweep_some), so a long-running process
- * holds about what its retention implies. */
+ * keys holds millions of records for its --ttl). Expired records are swept
+ * a little at every claim (sweep_some), so a long-running process holds
+ * about what its retention implies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
