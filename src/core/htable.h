@@ -15,8 +15,9 @@
 
 typedef struct idem_hnode {
   struct idem_hnode *next;
-  size_t hash; /* idem_fnv1a of the key, set by link: a chain walk and a
-                * rehash read no key bytes of the nodes that differ */
+  size_t hash; /* idem_fnv1a of the key, set before link (the caller has it
+                * from finding the slot): a chain walk and a rehash read no
+                * key bytes of the nodes that differ */
   size_t klen;
   const unsigned char *key;
 } idem_hnode;
@@ -51,11 +52,11 @@ static inline idem_hnode **idem_htable_slot(idem_htable *t, const unsigned char 
   return idem_htable_slot_hashed(t, idem_fnv1a(key, klen), key, klen);
 }
 
-/* Link node (its key set) at slot, an empty one from idem_htable_slot; the
- * table may grow, so slots found before are stale afterwards. */
+/* Link node (its key, klen and hash set) at slot, an empty one from
+ * idem_htable_slot; the table may grow, so slots found before are stale
+ * afterwards. */
 static inline void idem_htable_link(idem_htable *t, idem_hnode **slot, idem_hnode *node) {
   node->next = NULL;
-  node->hash = idem_fnv1a(node->key, node->klen);
   *slot = node;
   if (++t->count <= t->nbuckets)
     return;

@@ -113,7 +113,9 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
     idem_record_encode(rec, e->bytes + klen);
   e->node.key = e->bytes;
   e->node.klen = klen;
-  idem_htable_link(&c->entries, slot_of(c, key, klen), &e->node);
+  e->node.hash = idem_fnv1a(key, klen);
+  idem_htable_link(&c->entries, idem_htable_slot_hashed(&c->entries, e->node.hash, key, klen),
+                   &e->node);
   idem_queue_insert_head(&c->lru, &e->lru);
   c->bytes += entry_size(e);
   evict_to_fit(c);

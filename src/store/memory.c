@@ -76,7 +76,7 @@ static void entry_free(entry *e) {
 static int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len,
-               const idem_record *rec) {
+               size_t hash, const idem_record *rec) {
   idem_record copy;
   if (idem_record_copy(&copy, rec))
     return IDEM_ENOMEM;
@@ -97,6 +97,7 @@ static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len
   memcpy(e->key, key, len);
   e->node.key = e->key;
   e->node.klen = len;
+  e->node.hash = hash;
   e->rec = copy;
   e->expires_at = copy.expires_at;
   size_t nbuckets = s->records.nbuckets;
@@ -158,7 +159,7 @@ static int run_transition(shard *s, const unsigned char *key, size_t len, size_t
   if (res->record && idem_result_set_record(res, res->record, req->op.scope, req->op.key))
     return IDEM_ENOMEM;
   if (write == IDEM_WRITE_PUT)
-    return put(s, slot, key, len, &next);
+    return put(s, slot, key, len, hash, &next);
   return 0;
 }
 
