@@ -14,22 +14,21 @@
 #include <string.h>
 
 #include "core/fnv.h"
-#include "core/htable.h"
+#include "core/otable.h"
 #include "core/scoped_key.h"
 #include "store/backend.h"
 
 typedef struct entry {
-  int64_t expires_at; /* rec.expires_at, on the cache line of node.next and
-                       * node.hash: the sweep and a chain walk touch one line */
-  idem_hnode node;    /* keyed by key[] */
-  idem_record rec;    /* deep copy, scope and key set */
+  int64_t expires_at; /* rec.expires_at, on the line of klen and key[] */
+  size_t klen;
+  idem_record rec; /* deep copy, scope and key set */
   unsigned char key[];
 } entry;
 
 typedef struct shard {
   pthread_mutex_t lock;
-  idem_htable records;
-  size_t sweep_at;     /* the next bucket sweep_some looks at */
+  idem_otable records; /* of entries */
+  size_t sweep_at;     /* the next slot sweep_some looks at */
   int64_t earliest;    /* no record here expires before it: till then the
                         * sweep has nothing to find and reads nothing */
   int64_t cycle_least; /* the least expiry seen since sweep_at was 0 */
@@ -44,29 +43,39 @@ typedef struct table {
   shard shards[SHARDS];
 } table;
 
-/* Buckets looked at per claim, in the claim's shard. A shard has at least
- * one bucket per record, so records that expire are all gone within
- * nbuckets / SWEEP_BUCKETS of its claims: it holds about twice its live
- * records, at most. Four, not two: the keys spread over the shards unevenly,
- * and a whole table should still be swept within as many claims as it holds
- * records (test_memory_sweep.c). */
-#define SWEEP_BUCKETS 4
+/* Slots looked at per claim, in the claim's shard. A shard has at least
+ * two slots per record, so records that expire are all gone within
+ * nslots / SWEEP_SLOTS of its claims: it holds about twice its live
+ * records, at most. Eight, not four: the keys spread over the shards
+ * unevenly, and a whole table should still be swept within as many claims as
+ * it holds records (test_memory_sweep.c). */
+#define SWEEP_SLOTS 8
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry};
 
-/* The shard of a key: the top bits of its hash times the golden ratio
- * (Fibonacci hashing), since the hash's low bits pick the bucket inside the
- * shard, and FNV-1a's own top bits barely differ between keys that differ
- * in their last bytes ("order-1", "order-2"). */
-static shard *shard_of(table *t, size_t hash) {
-  uint64_t mixed = (uint64_t)hash * UINT64_C(0x9E3779B97F4A7C15);
-  return &t->shards[(mixed >> 60) & (SHARDS - 1)];
+/* A key's hash: FNV-1a times the golden ratio (Fibonacci hashing), whose
+ * top bits are well mixed, where FNV-1a's own barely differ between keys
+ * that differ in their last bytes ("order-1", "order-2"). The top four bits
+ * pick the shard; the rest, shifted up, the slot in it. */
+static uint64_t hash_of(const unsigned char *key, size_t len) {
+  return (uint64_t)idem_fnv1a(key, len) * UINT64_C(0x9E3779B97F4A7C15);
 }
+
+static shard *shard_of(table *t, uint64_t hash) { return &t->shards[hash >> 60]; }
 
 /* ---- the hash table ---------------------------------------------------- */
 
-static entry *entry_of(idem_hnode *node) { return node ? IDEM_HNODE_DATA(node, entry, node) : NULL; }
+static entry *entry_at(const shard *s, size_t i) { return s->records.slots[i].item; }
+
+static int entry_matches(const void *item, const unsigned char *key, size_t klen) {
+  const entry *e = item;
+  return e->klen == klen && !memcmp(e->key, key, klen);
+}
+
+static size_t find(const shard *s, const unsigned char *key, size_t len, uint64_t hash) {
+  return idem_otable_find(&s->records, hash << 4, key, len, entry_matches);
+}
 
 static void entry_free(entry *e) {
   idem_record_clear(&e->rec);
@@ -75,67 +84,73 @@ static void entry_free(entry *e) {
 
 static int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static int put(shard *s, idem_hnode **slot, const unsigned char *key, size_t len,
-               size_t hash, const idem_record *rec) {
+/* Start the sweep's pass again, when records moved under it. earliest stays
+ * as it is: still a lower bound, raised only by a whole pass. */
+static void restart_pass(shard *s) {
+  s->sweep_at = 0;
+  s->cycle_least = INT64_MAX;
+}
+
+static int put(shard *s, size_t slot, const unsigned char *key, size_t len, uint64_t hash,
+               const idem_record *rec) {
   idem_record copy;
   if (idem_record_copy(&copy, rec))
     return IDEM_ENOMEM;
   s->earliest = least(s->earliest, copy.expires_at);
   s->cycle_least = least(s->cycle_least, copy.expires_at);
-  if (*slot) {
-    entry *e = entry_of(*slot);
+  entry *e = entry_at(s, slot);
+  if (e) {
     idem_record_clear(&e->rec);
     e->rec = copy;
     e->expires_at = copy.expires_at;
     return 0;
   }
-  entry *e = calloc(1, sizeof *e + len);
-  if (!e) {
+  size_t nslots = s->records.mask + 1;
+  e = calloc(1, sizeof *e + len);
+  if (!e || idem_otable_add(&s->records, slot, hash << 4, e)) {
+    free(e);
     idem_record_clear(&copy);
     return IDEM_ENOMEM;
   }
   memcpy(e->key, key, len);
-  e->node.key = e->key;
-  e->node.klen = len;
-  e->node.hash = hash;
+  e->klen = len;
   e->rec = copy;
   e->expires_at = copy.expires_at;
-  size_t nbuckets = s->records.nbuckets;
-  idem_htable_link(&s->records, slot, &e->node);
-  if (s->records.nbuckets != nbuckets) {
-    /* records moved to buckets this cycle has passed: start it again */
-    s->sweep_at = 0;
-    s->cycle_least = INT64_MAX;
-  }
+  if (s->records.mask + 1 != nslots)
+    restart_pass(s); /* records moved to slots this pass has passed */
   return 0;
 }
 
-static void remove_at(shard *s, idem_hnode **slot) {
-  entry_free(entry_of(idem_htable_unlink(&s->records, slot)));
+/* Free the entry in slot i and empty it; a later entry may move into it. */
+static void remove_at(shard *s, size_t i) {
+  entry_free(entry_at(s, i));
+  idem_otable_remove(&s->records, i);
 }
 
-/* Delete the records past their retention in the next few buckets. Without
+/* Remove the entry in slot i, not where the sweep is: an entry the pass
+ * has not seen yet may move back into a slot it has seen. */
+static void remove_elsewhere(shard *s, size_t i) {
+  remove_at(s, i);
+  restart_pass(s);
+}
+
+/* Delete the records past their retention in the next few slots. Without
  * it, expired records stayed until their key was used again: a gateway on
- * memory: grew by every fresh key it ever saw. Each bucket is a cache miss
- * or two in a large table, so nothing is read while no record can have
- * expired yet (earliest, a lower bound kept by put; each whole pass over
- * the buckets raises it to the least expiry the pass saw). */
+ * memory: grew by every fresh key it ever saw. Each entry is a cache miss
+ * in a large table, so nothing is read while no record can have expired
+ * yet (earliest, a lower bound kept by put; each whole pass over the slots
+ * raises it to the least expiry the pass saw). */
 static void sweep_some(shard *s, int64_t now) {
   if (now < s->earliest)
     return;
-  size_t mask = s->records.nbuckets - 1;
-  for (int n = 0; n < SWEEP_BUCKETS; n++) {
-    idem_hnode **slot = &s->records.buckets[s->sweep_at++ & mask];
-    while (*slot) {
-      int64_t expires_at = entry_of(*slot)->expires_at;
-      if (expires_at <= now) {
-        remove_at(s, slot);
-      } else {
-        s->cycle_least = least(s->cycle_least, expires_at);
-        slot = &(*slot)->next;
-      }
-    }
-    if ((s->sweep_at & mask) == 0) { /* a whole pass: every record was seen */
+  for (int n = 0; n < SWEEP_SLOTS; n++) {
+    size_t mask = s->records.mask, i = s->sweep_at & mask;
+    entry *e;
+    while ((e = entry_at(s, i)) && e->expires_at <= now)
+      remove_at(s, i); /* the entry moved into i has not been seen */
+    if (e)
+      s->cycle_least = least(s->cycle_least, e->expires_at);
+    if ((++s->sweep_at & mask) == 0) { /* a whole pass: every record was seen */
       s->earliest = s->cycle_least;
       s->cycle_least = INT64_MAX;
     }
@@ -145,17 +160,18 @@ static void sweep_some(shard *s, int64_t now) {
 /* ---- operations ------------------------------------------------------- */
 
 /* A claim, complete, fail, release or get, under its shard's lock. */
-static int run_transition(shard *s, const unsigned char *key, size_t len, size_t hash,
+static int run_transition(shard *s, const unsigned char *key, size_t len, uint64_t hash,
                           idem_req *req) {
   int64_t now = idem_now_ms();
   /* Only claims add records, so only claims sweep (before the slot is found:
    * a sweep may unlink near it); a gateway's complete then costs no sweep. */
   if (req->op.kind == IDEM_OP_CLAIM)
     sweep_some(s, now);
-  idem_hnode **slot = idem_htable_slot_hashed(&s->records, hash, key, len);
+  size_t slot = find(s, key, len, hash);
+  entry *e = entry_at(s, slot);
   idem_record next;
   idem_result *res = &req->result;
-  int write = idem_transition(*slot ? &entry_of(*slot)->rec : NULL, &req->op, now, &next, res);
+  int write = idem_transition(e ? &e->rec : NULL, &req->op, now, &next, res);
   if (res->record && idem_result_set_record(res, res->record, req->op.scope, req->op.key))
     return IDEM_ENOMEM;
   if (write == IDEM_WRITE_PUT)
@@ -163,12 +179,12 @@ static int run_transition(shard *s, const unsigned char *key, size_t len, size_t
   return 0;
 }
 
-static int run_delete(shard *s, const unsigned char *key, size_t len, size_t hash,
+static int run_delete(shard *s, const unsigned char *key, size_t len, uint64_t hash,
                       idem_req *req) {
-  idem_hnode **slot = idem_htable_slot_hashed(&s->records, hash, key, len);
-  if (!*slot)
+  size_t slot = find(s, key, len, hash);
+  if (!entry_at(s, slot))
     return IDEM_ENOTFOUND;
-  remove_at(s, slot);
+  remove_elsewhere(s, slot);
   req->result.count = 1;
   return 0;
 }
@@ -177,7 +193,7 @@ static int run_delete(shard *s, const unsigned char *key, size_t len, size_t has
 static int run_keyed(table *t, idem_req *req) {
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  size_t hash = idem_fnv1a(key, len);
+  uint64_t hash = hash_of(key, len);
   shard *s = shard_of(t, hash);
   pthread_mutex_lock(&s->lock);
   int err = req->op.kind == IDEM_OP_DELETE ? run_delete(s, key, len, hash, req)
@@ -188,7 +204,7 @@ static int run_keyed(table *t, idem_req *req) {
 
 static int by_scoped_key(const void *a, const void *b) {
   const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
-  return idem_scoped_key_cmp(x->key, x->node.klen, y->key, y->node.klen);
+  return idem_scoped_key_cmp(x->key, x->klen, y->key, y->klen);
 }
 
 /* Live records in (scope, key) order, after op.key within op.scope; every
@@ -208,18 +224,19 @@ static int run_list(table *t, idem_req *req) {
   size_t n = 0;
   int64_t now = idem_now_ms();
   for (int i = 0; i < SHARDS; i++) {
-    const idem_htable *ht = &t->shards[i].records;
-    for (size_t b = 0; b < ht->nbuckets; b++)
-      for (entry *e = entry_of(ht->buckets[b]); e; e = entry_of(e->node.next))
-        if (e->rec.state != IDEM_STATE_UNSEEN && now < e->rec.expires_at &&
+    const shard *s = &t->shards[i];
+    for (size_t j = 0; j <= s->records.mask; j++) {
+      entry *e = entry_at(s, j);
+      if (e && e->rec.state != IDEM_STATE_UNSEEN && now < e->rec.expires_at &&
             (!req->op.scope || !strcmp(req->op.scope, e->rec.scope)))
-          all[n++] = e;
+        all[n++] = e;
+    }
   }
   qsort(all, n, sizeof *all, by_scoped_key);
   unsigned char after[IDEM_SCOPED_KEY_MAX];
   size_t after_len = req->op.key ? idem_scoped_key_encode(req->op.scope, req->op.key, after) : 0;
   for (size_t i = 0; i < n && req->result.count < req->op.limit && !err; i++)
-    if (!req->op.key || idem_scoped_key_cmp(all[i]->key, all[i]->node.klen, after, after_len) > 0)
+    if (!req->op.key || idem_scoped_key_cmp(all[i]->key, all[i]->klen, after, after_len) > 0)
       err = idem_result_add_record(&req->result, &all[i]->rec, all[i]->rec.scope, all[i]->rec.key);
   free(all);
 out:
@@ -234,15 +251,13 @@ static int run_gc(table *t, idem_req *req) {
   for (int i = 0; i < SHARDS && req->result.count < req->op.limit; i++) {
     shard *s = &t->shards[i];
     pthread_mutex_lock(&s->lock);
-    for (size_t b = 0; b < s->records.nbuckets && req->result.count < req->op.limit; b++) {
-      idem_hnode **slot = &s->records.buckets[b];
-      while (*slot && req->result.count < req->op.limit) {
-        if (entry_of(*slot)->expires_at <= now) {
-          remove_at(s, slot);
-          req->result.count++;
-        } else {
-          slot = &(*slot)->next;
-        }
+    for (size_t j = 0; j <= s->records.mask && req->result.count < req->op.limit;) {
+      entry *e = entry_at(s, j);
+      if (e && e->expires_at <= now) {
+        remove_elsewhere(s, j); /* and look at j again: another entry may be there */
+        req->result.count++;
+      } else {
+        j++;
       }
     }
     pthread_mutex_unlock(&s->lock);
@@ -274,11 +289,11 @@ static table *table_new(const char *name) {
   for (int i = 0; i < SHARDS; i++) {
     shard *s = &t->shards[i];
     s->earliest = s->cycle_least = INT64_MAX;
-    if (idem_htable_init(&s->records) || pthread_mutex_init(&s->lock, NULL)) {
-      free(s->records.buckets);
+    if (idem_otable_init(&s->records) || pthread_mutex_init(&s->lock, NULL)) {
+      free(s->records.slots);
       while (--i >= 0) {
         pthread_mutex_destroy(&t->shards[i].lock);
-        free(t->shards[i].records.buckets);
+        free(t->shards[i].records.slots);
       }
       free(t->name);
       free(t);
@@ -291,13 +306,11 @@ static table *table_new(const char *name) {
 static void table_free(table *t) {
   for (int i = 0; i < SHARDS; i++) {
     shard *s = &t->shards[i];
-    for (size_t b = 0; b < s->records.nbuckets; b++)
-      for (idem_hnode *e = s->records.buckets[b], *next; e; e = next) {
-        next = e->next;
-        entry_free(entry_of(e));
-      }
+    for (size_t j = 0; j <= s->records.mask; j++)
+      if (entry_at(s, j))
+        entry_free(entry_at(s, j));
     pthread_mutex_destroy(&s->lock);
-    free(s->records.buckets);
+    free(s->records.slots);
   }
   free(t->name);
   free(t);

@@ -1,0 +1,116 @@
+/*
+ * otable.h - an open-addressed hash table (linear probing) of items keyed
+ * by byte strings, for memory.c's records. Each slot holds an item's hash
+ * beside its pointer, so looking up a key that is absent reads the slots
+ * only: in a table of millions (a gateway on unique keys holds every key
+ * for its --ttl) that is one cache miss, where a chained table took one for
+ * the bucket and one for every node on the chain. A table owns nothing: the
+ * caller allocates and frees items. Not thread-safe (callers hold a lock).
+ *
+ * The hash must be well mixed in its top bits, which pick the home slot
+ * (memory.c gives a Fibonacci mix of FNV-1a).
+ */
+#ifndef IDEM_CORE_OTABLE_H
+#define IDEM_CORE_OTABLE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+  uint64_t hash;
+  void *item; /* NULL: the slot is empty */
+} idem_oslot;
+
+typedef struct {
+  idem_oslot *slots;
+  size_t mask;  /* slots - 1, slots a power of two */
+  unsigned shift; /* 64 - log2(slots): hash >> shift is the home slot */
+  size_t count;
+} idem_otable;
+
+/* Does item hold key? The caller's comparison, given to idem_otable_find. */
+typedef int (*idem_otable_match)(const void *item, const unsigned char *key, size_t klen);
+
+/* n empty slots. */
+static inline idem_oslot *idem_otable_slots(size_t n) { return calloc(n, sizeof(idem_oslot)); }
+
+static inline int idem_otable_init(idem_otable *t) {
+  t->mask = 63;
+  t->shift = 64 - 6;
+  t->count = 0;
+  t->slots = idem_otable_slots(t->mask + 1);
+  return t->slots ? 0 : -1;
+}
+
+static inline size_t idem_otable_home(const idem_otable *t, uint64_t hash) {
+  return (size_t)(hash >> t->shift);
+}
+
+/* The slot of key (whose hash is hash), or the empty slot where it would
+ * go. It ends: idem_otable_add always leaves a slot empty. */
+static inline size_t idem_otable_find(const idem_otable *t, uint64_t hash, const unsigned char *key,
+                                      size_t klen, idem_otable_match match) {
+  size_t i = idem_otable_home(t, hash);
+  while (t->slots[i].item &&
+         (t->slots[i].hash != hash || !match(t->slots[i].item, key, klen)))
+    i = (i + 1) & t->mask;
+  return i;
+}
+
+/* Double the slots; -1 without memory. */
+static inline int idem_otable_grow(idem_otable *t) {
+  size_t n = (t->mask + 1) * 2;
+  idem_oslot *slots = idem_otable_slots(n);
+  if (!slots)
+    return -1;
+  idem_otable old = *t;
+  t->slots = slots;
+  t->mask = n - 1;
+  t->shift--;
+  for (size_t j = 0; j <= old.mask; j++)
+    if (old.slots[j].item) {
+      size_t k = idem_otable_home(t, old.slots[j].hash);
+      while (slots[k].item)
+        k = (k + 1) & t->mask;
+      slots[k] = old.slots[j];
+    }
+  free(old.slots);
+  return 0;
+}
+
+/* Put item in slot i, an empty one from idem_otable_find, growing the
+ * table first when it would be more than half full (which moves items:
+ * slots found before are stale afterwards). -1 only when it cannot grow
+ * and the item would take the last empty slot, where every find stops. */
+static inline int idem_otable_add(idem_otable *t, size_t i, uint64_t hash, void *item) {
+  if (t->count + 1 > (t->mask + 1) / 2) {
+    if (idem_otable_grow(t) == 0) {
+      for (i = idem_otable_home(t, hash); t->slots[i].item; i = (i + 1) & t->mask) {
+      }
+    } else if (t->count + 1 > t->mask) {
+      return -1; /* fuller and slower is still correct, but not full */
+    }
+  }
+  t->slots[i].hash = hash;
+  t->slots[i].item = item;
+  t->count++;
+  return 0;
+}
+
+/* Empty slot i. Later items of its run move back into the gap when their
+ * home allows (backward-shift deletion: no tombstones), so slot i may hold
+ * another item afterwards, one not yet seen by a caller walking the slots
+ * upwards: such a walk looks at slot i again. */
+static inline void idem_otable_remove(idem_otable *t, size_t i) {
+  for (size_t j = (i + 1) & t->mask; t->slots[j].item; j = (j + 1) & t->mask) {
+    size_t home = idem_otable_home(t, t->slots[j].hash);
+    if (((j - home) & t->mask) >= ((j - i) & t->mask)) { /* home is at i or before */
+      t->slots[i] = t->slots[j];
+      i = j;
+    }
+  }
+  t->slots[i].item = NULL;
+  t->count--;
+}
+
+#endif
