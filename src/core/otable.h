@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
   uint64_t hash;
@@ -31,8 +33,24 @@ typedef struct {
 /* Does item hold key? The caller's comparison, given to idem_otable_find. */
 typedef int (*idem_otable_match)(const void *item, const unsigned char *key, size_t klen);
 
-/* n empty slots. */
-static inline idem_oslot *idem_otable_slots(size_t n) { return calloc(n, sizeof(idem_oslot)); }
+#define IDEM_OTABLE_HUGE ((size_t)2 << 20) /* an x86-64 huge page */
+
+/* n empty slots. From IDEM_OTABLE_HUGE up, on huge pages where the kernel
+ * gives them (transparent huge pages, asked for with madvise): a lookup
+ * lands on a random slot, and on 4 KiB pages that was a TLB miss as well
+ * as a cache miss, a page walk that costs more than the miss in a VM. */
+static inline idem_oslot *idem_otable_slots(size_t n) {
+  size_t size = n * sizeof(idem_oslot);
+  if (size < IDEM_OTABLE_HUGE)
+    return calloc(n, sizeof(idem_oslot));
+  void *p;
+  if (posix_memalign(&p, IDEM_OTABLE_HUGE, size))
+    return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, size, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
+  return memset(p, 0, size);
+}
 
 static inline int idem_otable_init(idem_otable *t) {
   t->mask = 63;
