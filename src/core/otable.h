@@ -115,6 +115,9 @@ static inline int idem_otable_add(idem_otable *t, size_t i, uint64_t hash, void 
   return 0;
 }
 
+/* Put item in slot i, which holds another item of the same key. */
+static inline void idem_otable_replace(idem_otable *t, size_t i, void *item) { t->slots[i].item = item; }
+
 /* Empty slot i. Later items of its run move back into the gap when their
  * home allows (backward-shift deletion: no tombstones), so slot i may hold
  * another item afterwards, one not yet seen by a caller walking the slots

@@ -18,11 +18,14 @@
 #include "core/scoped_key.h"
 #include "store/backend.h"
 
+/* An entry and its record are one allocation: a gateway writes two records
+ * a request (claim, complete), and one malloc each, not five, keeps a heap
+ * of millions of records compact. A new record is a new entry. */
 typedef struct entry {
   int64_t expires_at; /* rec.expires_at, on the line of klen and key[] */
   size_t klen;
-  idem_record rec; /* deep copy, scope and key set */
-  unsigned char key[];
+  idem_record rec;     /* its scope, key, headers and body point into key[] */
+  unsigned char key[]; /* klen bytes, then those four, each NUL-ended */
 } entry;
 
 typedef struct shard {
@@ -77,9 +80,38 @@ static size_t find(const shard *s, const unsigned char *key, size_t len, uint64_
   return idem_otable_find(&s->records, hash << 4, key, len, entry_matches);
 }
 
-static void entry_free(entry *e) {
-  idem_record_clear(&e->rec);
-  free(e);
+/* Copy len bytes of src, if any, to *at, NUL-ended, and point *dst there. */
+static void place(char **at, const char *src, size_t len, const char **dst) {
+  *dst = NULL;
+  if (!src)
+    return;
+  memcpy(*at, src, len);
+  (*at)[len] = '\0';
+  *dst = *at;
+  *at += len + 1;
+}
+
+static size_t placed_size(const char *src, size_t len) { return src ? len + 1 : 0; }
+
+/* A new entry of key, holding a copy of rec; NULL without memory. */
+static entry *entry_new(const unsigned char *key, size_t len, const idem_record *rec) {
+  size_t scope_len = rec->scope ? strlen(rec->scope) : 0, key_len = rec->key ? strlen(rec->key) : 0;
+  const idem_response *resp = &rec->response;
+  entry *e = malloc(sizeof *e + len + placed_size(rec->scope, scope_len) +
+                    placed_size(rec->key, key_len) + placed_size(resp->headers, resp->headers_len) +
+                    placed_size(resp->body, resp->body_len));
+  if (!e)
+    return NULL;
+  e->expires_at = rec->expires_at;
+  e->klen = len;
+  memcpy(e->key, key, len);
+  e->rec = *rec;
+  char *at = (char *)e->key + len;
+  place(&at, rec->scope, scope_len, &e->rec.scope);
+  place(&at, rec->key, key_len, &e->rec.key);
+  place(&at, resp->headers, resp->headers_len, &e->rec.response.headers);
+  place(&at, resp->body, resp->body_len, &e->rec.response.body);
+  return e;
 }
 
 static int64_t least(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -93,29 +125,21 @@ static void restart_pass(shard *s) {
 
 static int put(shard *s, size_t slot, const unsigned char *key, size_t len, uint64_t hash,
                const idem_record *rec) {
-  idem_record copy;
-  if (idem_record_copy(&copy, rec))
+  entry *e = entry_new(key, len, rec), *old = entry_at(s, slot);
+  if (!e)
     return IDEM_ENOMEM;
-  s->earliest = least(s->earliest, copy.expires_at);
-  s->cycle_least = least(s->cycle_least, copy.expires_at);
-  entry *e = entry_at(s, slot);
-  if (e) {
-    idem_record_clear(&e->rec);
-    e->rec = copy;
-    e->expires_at = copy.expires_at;
+  s->earliest = least(s->earliest, e->expires_at);
+  s->cycle_least = least(s->cycle_least, e->expires_at);
+  if (old) {
+    idem_otable_replace(&s->records, slot, e);
+    free(old);
     return 0;
   }
   size_t nslots = s->records.mask + 1;
-  e = calloc(1, sizeof *e + len);
-  if (!e || idem_otable_add(&s->records, slot, hash << 4, e)) {
+  if (idem_otable_add(&s->records, slot, hash << 4, e)) {
     free(e);
-    idem_record_clear(&copy);
     return IDEM_ENOMEM;
   }
-  memcpy(e->key, key, len);
-  e->klen = len;
-  e->rec = copy;
-  e->expires_at = copy.expires_at;
   if (s->records.mask + 1 != nslots)
     restart_pass(s); /* records moved to slots this pass has passed */
   return 0;
@@ -123,7 +147,7 @@ static int put(shard *s, size_t slot, const unsigned char *key, size_t len, uint
 
 /* Free the entry in slot i and empty it; a later entry may move into it. */
 static void remove_at(shard *s, size_t i) {
-  entry_free(entry_at(s, i));
+  free(entry_at(s, i));
   idem_otable_remove(&s->records, i);
 }
 
@@ -307,8 +331,7 @@ static void table_free(table *t) {
   for (int i = 0; i < SHARDS; i++) {
     shard *s = &t->shards[i];
     for (size_t j = 0; j <= s->records.mask; j++)
-      if (entry_at(s, j))
-        entry_free(entry_at(s, j));
+      free(entry_at(s, j));
     pthread_mutex_destroy(&s->lock);
     free(s->records.slots);
   }
