@@ -30,6 +30,10 @@ static int item_matches(const void *it, const unsigned char *key, size_t klen) {
   return i->klen == klen && !memcmp(i->key, key, klen);
 }
 
+static int u32_matches(const void *it, const unsigned char *key, size_t klen) {
+  return klen == sizeof(uint32_t) && !memcmp(it, key, klen);
+}
+
 /* Seven distinct hashes, near the top of the hash space: homes in the last
  * slots, so the runs wrap around to slot 0. */
 static uint64_t hash_of(int k) { return UINT64_MAX - (uint64_t)(k % 7) * (UINT64_MAX / 64); }
@@ -120,5 +124,35 @@ static void a_walk_that_removes_sees_every_item(void **state) {
   free(t.slots);
 }
 
+/* Past IDEM_OTABLE_HUGE of slots the arrays come from posix_memalign, not
+ * calloc: they must still start empty, and free() must take them. */
+static void a_table_past_the_huge_page_size_keeps_every_item(void **state) {
+  (void)state;
+  enum { N = 100000 }; /* 262144 slots of 16 bytes: 4 MiB */
+  static uint32_t keys[N];
+  idem_otable t;
+  assert_int_equal(idem_otable_init(&t), 0);
+  for (uint32_t k = 0; k < N; k++) {
+    keys[k] = k;
+    uint64_t hash = (uint64_t)(k + 1) * UINT64_C(0x9E3779B97F4A7C15);
+    size_t i = idem_otable_find(&t, hash, (const unsigned char *)&keys[k], sizeof keys[k],
+                                u32_matches);
+    assert_null(t.slots[i].item);
+    assert_int_equal(idem_otable_add(&t, i, hash, &keys[k]), 0);
+  }
+  assert_true((t.mask + 1) * sizeof *t.slots > IDEM_OTABLE_HUGE);
+  size_t taken = 0;
+  for (size_t i = 0; i <= t.mask; i++)
+    taken += t.slots[i].item != NULL;
+  assert_int_equal(taken, N);
+  for (uint32_t k = 0; k < N; k++) {
+    uint64_t hash = (uint64_t)(k + 1) * UINT64_C(0x9E3779B97F4A7C15);
+    size_t i = idem_otable_find(&t, hash, (const unsigned char *)&k, sizeof k, u32_matches);
+    assert_ptr_equal(t.slots[i].item, &keys[k]);
+  }
+  free(t.slots);
+}
+
 UNIT_TESTS(cmocka_unit_test(items_stay_findable_through_adds_removes_and_growth),
-           cmocka_unit_test(a_walk_that_removes_sees_every_item))
+           cmocka_unit_test(a_walk_that_removes_sees_every_item),
+           cmocka_unit_test(a_table_past_the_huge_page_size_keeps_every_item))
