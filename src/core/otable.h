@@ -1,14 +1,15 @@
 /*
  * otable.h - an open-addressed hash table (linear probing) of items keyed
- * by byte strings, for memory.c's records. Each slot holds an item's hash
+ * by byte strings, for the in-memory tables (memory.c's records, cache.c's
+ * entries). Each slot holds an item's hash
  * beside its pointer, so looking up a key that is absent reads the slots
  * only: in a table of millions (a gateway on unique keys holds every key
  * for its --ttl) that is one cache miss, where a chained table took one for
  * the bucket and one for every node on the chain. A table owns nothing: the
  * caller allocates and frees items. Not thread-safe (callers hold a lock).
  *
- * The hash must be well mixed in its top bits, which pick the home slot
- * (memory.c gives a Fibonacci mix of FNV-1a).
+ * The hash must be well mixed in its top bits, which pick the home slot:
+ * idem_otable_hash gives such a hash.
  */
 #ifndef IDEM_CORE_OTABLE_H
 #define IDEM_CORE_OTABLE_H
@@ -17,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#include "core/fnv.h"
 
 typedef struct {
   uint64_t hash;
@@ -58,6 +61,13 @@ static inline int idem_otable_init(idem_otable *t) {
   t->count = 0;
   t->slots = idem_otable_slots(t->mask + 1);
   return t->slots ? 0 : -1;
+}
+
+/* A key's hash for the table: FNV-1a times the golden ratio (Fibonacci
+ * hashing), whose top bits are well mixed, where FNV-1a's own barely differ
+ * between keys that differ in their last bytes ("order-1", "order-2"). */
+static inline uint64_t idem_otable_hash(const unsigned char *key, size_t len) {
+  return (uint64_t)idem_fnv1a(key, len) * UINT64_C(0x9E3779B97F4A7C15);
 }
 
 static inline size_t idem_otable_home(const idem_otable *t, uint64_t hash) {

@@ -25,7 +25,7 @@
 #include <pthread.h>
 
 #include "core/queue.h"
-#include "core/htable.h"
+#include "core/otable.h"
 #include "core/scoped_key.h"
 #include "store/cache.h"
 #if IDEM_WITH_REDIS
@@ -41,7 +41,6 @@
 enum { ENTRY_RECORD, ENTRY_CLAIM, ENTRY_TOMBSTONE };
 
 typedef struct centry {
-  idem_hnode node;     /* keyed by the scoped key at bytes */
   idem_queue lru;      /* the cache's, most recent first */
   int64_t until;       /* trusted until (ms) */
   int kind;            /* ENTRY_*: only a record answers (a claim is this process's) */
@@ -55,7 +54,7 @@ struct idem_cache {
   char *uri;
   int refs;
   pthread_mutex_t lock;
-  idem_htable entries;
+  idem_otable entries; /* of centries, keyed by the scoped key at bytes */
   idem_queue lru;
   uint64_t bytes, max_bytes, hits, misses;
   int64_t ttl_ms;
@@ -66,17 +65,25 @@ static idem_queue registry = {&registry, &registry};
 
 /* ---- the table ---------------------------------------------------------- */
 
-/* The entry linked at slot, or NULL. */
-static centry *at(idem_hnode **slot) { return *slot ? IDEM_HNODE_DATA(*slot, centry, node) : NULL; }
+/* The entry in slot i, or NULL. */
+static centry *at(const idem_cache *c, size_t i) { return c->entries.slots[i].item; }
 
-static idem_hnode **slot_of(idem_cache *c, const unsigned char *key, size_t klen) {
-  return idem_htable_slot(&c->entries, key, klen);
+static int centry_matches(const void *item, const unsigned char *key, size_t klen) {
+  const centry *e = item;
+  return e->klen == klen && !memcmp(e->bytes, key, klen);
+}
+
+/* The slot of key, or the empty one where it would go. */
+static size_t slot_of(const idem_cache *c, const unsigned char *key, size_t klen) {
+  return idem_otable_find(&c->entries, idem_otable_hash(key, klen), key, klen, centry_matches);
 }
 
 static size_t entry_size(const centry *e) { return sizeof *e + e->klen + e->vlen; }
 
-static void remove_at(idem_cache *c, idem_hnode **slot) {
-  centry *e = IDEM_HNODE_DATA(idem_htable_unlink(&c->entries, slot), centry, node);
+/* Another entry may move into slot i. */
+static void remove_at(idem_cache *c, size_t i) {
+  centry *e = at(c, i);
+  idem_otable_remove(&c->entries, i);
   idem_queue_remove(&e->lru);
   c->bytes -= entry_size(e);
   free(e);
@@ -96,9 +103,9 @@ static int64_t later(int64_t a, int64_t b) { return a > b ? a : b; }
  * there, whose deletion time it keeps when later than buried). */
 static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
                    int64_t until, int kind, int64_t buried) {
-  idem_hnode **slot = slot_of(c, key, klen);
-  if (*slot) {
-    buried = later(buried, at(slot)->buried);
+  size_t slot = slot_of(c, key, klen);
+  if (at(c, slot)) {
+    buried = later(buried, at(c, slot)->buried);
     remove_at(c, slot);
   }
   size_t vlen = rec ? idem_record_encoded_len(rec) : 0;
@@ -111,11 +118,10 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
   memcpy(e->bytes, key, klen);
   if (rec)
     idem_record_encode(rec, e->bytes + klen);
-  e->node.key = e->bytes;
-  e->node.klen = klen;
-  e->node.hash = idem_fnv1a(key, klen);
-  idem_htable_link(&c->entries, idem_htable_slot_hashed(&c->entries, e->node.hash, key, klen),
-                   &e->node);
+  if (idem_otable_add(&c->entries, slot_of(c, key, klen), idem_otable_hash(key, klen), e)) {
+    free(e);
+    return;
+  }
   idem_queue_insert_head(&c->lru, &e->lru);
   c->bytes += entry_size(e);
   evict_to_fit(c);
@@ -123,8 +129,8 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
 
 /* The claim or record at slot goes; a deletion it carries stays, as a
  * tombstone (which is left as it is). */
-static void drop(idem_cache *c, idem_hnode **slot) {
-  centry *e = at(slot);
+static void drop(idem_cache *c, size_t slot) {
+  centry *e = at(c, slot);
   if (e->kind == ENTRY_TOMBSTONE)
     return;
   int64_t buried = e->buried;
@@ -139,15 +145,15 @@ static void drop(idem_cache *c, idem_hnode **slot) {
 /* The live entry of key (an expired one goes, leaving its tombstone if it
  * carries a deletion), or NULL. */
 static centry *lookup(idem_cache *c, const unsigned char *key, size_t klen, int64_t now) {
-  idem_hnode **slot = slot_of(c, key, klen);
-  if (*slot && at(slot)->until <= now) {
-    if (at(slot)->kind == ENTRY_TOMBSTONE)
+  size_t slot = slot_of(c, key, klen);
+  if (at(c, slot) && at(c, slot)->until <= now) {
+    if (at(c, slot)->kind == ENTRY_TOMBSTONE)
       remove_at(c, slot);
     else
       drop(c, slot);
     return NULL;
   }
-  return at(slot);
+  return at(c, slot);
 }
 
 static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -182,7 +188,7 @@ void idem_cache_put(idem_cache *c, const char *scope, const char *key, const ide
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
   lookup(c, k, klen, now); /* drops an expired entry (its tombstone stays) */
-  centry *e = at(slot_of(c, k, klen));
+  centry *e = at(c, slot_of(c, k, klen));
   /* not over a claim of this process (the store answered it after rec was
    * read: its complete makes the record), nor when rec was read before a
    * delete ended (whatever took the tombstone's place since) */
@@ -208,8 +214,8 @@ void idem_cache_claimed(idem_cache *c, const char *scope, const char *key, const
  * *rec pointing into the entry, else 0 (and a stale entry is dropped). */
 static int finish_claim(idem_cache *c, const unsigned char *k, size_t klen, const idem_op *op,
                         int64_t started, idem_record *rec) {
-  idem_hnode **slot = slot_of(c, k, klen);
-  centry *e = at(slot);
+  size_t slot = slot_of(c, k, klen);
+  centry *e = at(c, slot);
   if (!e || e->kind == ENTRY_TOMBSTONE)
     return 0;
   if (e->kind != ENTRY_CLAIM || idem_record_decode(e->bytes + klen, e->vlen, rec) ||
@@ -242,8 +248,8 @@ int idem_cache_take_finished(idem_cache *c, const idem_op *op, int64_t started,
   idem_record rec;
   pthread_mutex_lock(&c->lock);
   int found = finish_claim(c, k, klen, op, started, &rec) && idem_record_copy(out, &rec) == 0;
-  idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot)
+  size_t slot = slot_of(c, k, klen);
+  if (at(c, slot))
     drop(c, slot);
   pthread_mutex_unlock(&c->lock);
   return found;
@@ -253,8 +259,8 @@ void idem_cache_forget(idem_cache *c, const char *scope, const char *key) {
   unsigned char k[IDEM_SCOPED_KEY_MAX];
   size_t klen = idem_scoped_key_encode(scope, key, k);
   pthread_mutex_lock(&c->lock);
-  idem_hnode **slot = slot_of(c, k, klen);
-  if (*slot)
+  size_t slot = slot_of(c, k, klen);
+  if (at(c, slot))
     drop(c, slot);
   pthread_mutex_unlock(&c->lock);
 }
@@ -345,10 +351,10 @@ int idem_cache_uri_check(const char *uri, char **why) {
 
 static idem_cache *cache_new(const char *uri, uint64_t max, int64_t ttl) {
   idem_cache *c = calloc(1, sizeof *c);
-  int made = c && (c->uri = strdup(uri)) && idem_htable_init(&c->entries) == 0 &&
+  int made = c && (c->uri = strdup(uri)) && idem_otable_init(&c->entries) == 0 &&
              pthread_mutex_init(&c->lock, NULL) == 0;
   if (!made && c) {
-    free(c->entries.buckets);
+    free(c->entries.slots);
     free(c->uri);
   }
   if (!made) {
@@ -394,7 +400,7 @@ static void cache_free(idem_cache *c) {
   c->max_bytes = 0; /* every entry goes */
   evict_to_fit(c);
   pthread_mutex_destroy(&c->lock);
-  free(c->entries.buckets);
+  free(c->entries.slots);
   free(c->uri);
   free(c);
 }

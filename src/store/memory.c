@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fnv.h"
 #include "core/otable.h"
 #include "core/scoped_key.h"
 #include "store/backend.h"
@@ -57,14 +56,8 @@ typedef struct table {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry};
 
-/* A key's hash: FNV-1a times the golden ratio (Fibonacci hashing), whose
- * top bits are well mixed, where FNV-1a's own barely differ between keys
- * that differ in their last bytes ("order-1", "order-2"). The top four bits
- * pick the shard; the rest, shifted up, the slot in it. */
-static uint64_t hash_of(const unsigned char *key, size_t len) {
-  return (uint64_t)idem_fnv1a(key, len) * UINT64_C(0x9E3779B97F4A7C15);
-}
-
+/* A key's hash (idem_otable_hash): its top four bits pick the shard; the
+ * rest, shifted up, the slot in it. */
 static shard *shard_of(table *t, uint64_t hash) { return &t->shards[hash >> 60]; }
 
 /* ---- the hash table ---------------------------------------------------- */
@@ -217,7 +210,7 @@ static int run_delete(shard *s, const unsigned char *key, size_t len, uint64_t h
 static int run_keyed(table *t, idem_req *req) {
   unsigned char key[IDEM_SCOPED_KEY_MAX];
   size_t len = idem_scoped_key_encode(req->op.scope, req->op.key, key);
-  uint64_t hash = hash_of(key, len);
+  uint64_t hash = idem_otable_hash(key, len);
   shard *s = shard_of(t, hash);
   pthread_mutex_lock(&s->lock);
   int err = req->op.kind == IDEM_OP_DELETE ? run_delete(s, key, len, hash, req)
