@@ -494,20 +494,30 @@ static void on_released(idem_store *st, const idem_result *res, void *arg) {
   settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY, 1);
 }
 
+/* The deliveries that count toward --max-deliveries: the broker's count,
+ * but no more than the times the key was claimed (its fence, once this
+ * delivery claimed it). Redis and NATS count every redelivery, also those
+ * that found the key busy on another consumer, which never reached the
+ * handler; every delivery that did claimed the key. */
+static unsigned deliveries_counted(const cs_job *j) {
+  unsigned n = j->m->deliveries;
+  return j->fence && j->fence < n ? (unsigned)j->fence : n;
+}
+
 static void handler_failed(cs_job *j, int status, const char *what) {
   const cs_config *cfg = j->f->cfg;
   if (j->bypass) {
     settle_later(j, backoff_ms(cfg, j->m->deliveries), CS_OUT_RETRY, 1);
     return;
   }
-  if (j->m->deliveries < (unsigned)cfg->max_deliveries) {
+  if (deliveries_counted(j) < (unsigned)cfg->max_deliveries) {
     idem_op op = {.kind = IDEM_OP_RELEASE};
     submit(j, &op, on_released);
     return;
   }
   char reason[200];
   snprintf(reason, sizeof reason, "the handler %s on delivery %u of %d (--max-deliveries)", what,
-           j->m->deliveries, cfg->max_deliveries);
+           deliveries_counted(j), cfg->max_deliveries);
   fail_dead(j, status, reason);
 }
 
@@ -688,10 +698,10 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     j->lease_end = lease_end_of(j);
     j->store_tries = 0; /* the store answers: a later failure backs off afresh */
     align_takeover_clock(j);
-    if (j->m->deliveries > (unsigned)f->cfg->max_deliveries) {
+    if (deliveries_counted(j) > (unsigned)f->cfg->max_deliveries) {
       char reason[200];
       snprintf(reason, sizeof reason, "delivered %u times, more than --max-deliveries %d, with no "
-               "answer kept (consumers stopped while it ran?)", j->m->deliveries,
+               "answer kept (consumers stopped while it ran?)", deliveries_counted(j),
                f->cfg->max_deliveries);
       fail_dead(j, 502, reason);
       return;

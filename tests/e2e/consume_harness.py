@@ -127,6 +127,11 @@ class Handler:
     def successes(self, key):
         return sum(1 for a in self.attempts(key) if 200 <= a["status"] < 300)
 
+    def arrivals(self, key):
+        """Requests for key that reached the handler, answered or not yet."""
+        with self._lock:
+            return self._arrived.get(key, 0)
+
     def keys(self):
         with self._lock:
             return set(self._log)

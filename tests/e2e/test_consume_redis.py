@@ -173,6 +173,46 @@ class Takeover(ConsumeCase):
         self.assertEqual(self.dead_letters(), [])
 
 
+class DeliveryCounts(ConsumeCase):
+    """--max-deliveries counts Redis's deliveries, but no more than the
+    times the key was claimed: a redelivery that found the key busy on
+    another consumer (postponed, then taken again with XAUTOCLAIM, which
+    counts it) never reached the handler."""
+
+    def test_redeliveries_that_never_claimed_the_key_do_not_count(self):
+        # the entry's counter as seven postponements would leave it
+        # (XCLAIM RETRYCOUNT), its key never claimed: it still runs
+        self.publish([{"message_id": "postponed", "body": "x"}])
+        self.r.command("XGROUP", "CREATE", STREAM, GROUP, "0")
+        self.r.command("XREADGROUP", "GROUP", GROUP, "gone", "COUNT", "1", "STREAMS", STREAM, ">")
+        [(eid, _)] = self.r.entries(STREAM)
+        self.r.command("XCLAIM", STREAM, GROUP, "gone", "0", eid, "IDLE", "60000",
+                       "RETRYCOUNT", "7", "JUSTID")
+        self.consumer("--max-deliveries", "3")
+        self.wait_settled()
+        self.assertEqual(self.h.successes("postponed"), 1)
+        self.assertEqual(self.h.attempts("postponed")[0]["headers"]["X-Idem-Deliveries"], "8")
+        self.assertEqual(self.dead_letters(), [])
+
+    def test_a_key_claimed_more_times_than_max_deliveries_is_dead_lettered_unrun(self):
+        # each consumer that took the entry claimed its key and was killed
+        # while the handler ran; the one after --max-deliveries such claims
+        # marks the key failed and dead-letters the entry, handler not called
+        self.h.script["killed"] = [(200, 30), (200, 30)]
+        self.publish([{"message_id": "killed", "body": "x"}])
+        for n in (1, 2):
+            c = self.consumer("--lock-ttl", "2s", "--max-deliveries", "2")
+            wait_for(lambda: self.h.arrivals("killed") == n, 20,
+                     what="delivery %d at the handler: %s" % (n, c.stderr()[-2000:]))
+            c.kill()
+        self.consumer("--lock-ttl", "2s", "--max-deliveries", "2")
+        self.wait_settled()
+        self.assertEqual(self.h.arrivals("killed"), 2)
+        [dead] = self.dead_letters()
+        self.assertIn("delivered 3 times, more than --max-deliveries 2", dead["reason"])
+        self.assertEqual(self.record("killed")["state"], "failed")
+
+
 class Consumers(ConsumeCase):
     def consumer_names(self):
         return sorted(dict(zip(c[::2], c[1::2]))[b"name"].decode()
