@@ -177,8 +177,9 @@ const char *gw_headers_get(const gw_headers *h, const char *name, size_t *len,
                            int *count) {
   const char *found = NULL;
   int c = 0;
+  size_t name_len = strlen(name); /* once, not per header (name is no literal here) */
   for (size_t i = 0; i < h->n; i++) {
-    if (!gw_ieq(gw_header_name(h, i), h->v[i].name_len, name))
+    if (h->v[i].name_len != name_len || strncasecmp(gw_header_name(h, i), name, name_len))
       continue;
     if (!found) {
       found = gw_header_value(h, i);
