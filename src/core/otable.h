@@ -1,12 +1,12 @@
 /*
  * otable.h - an open-addressed hash table (linear probing) of items keyed
  * by byte strings, for the in-memory tables (memory.c's records, cache.c's
- * entries). Each slot holds an item's hash
- * beside its pointer, so looking up a key that is absent reads the slots
- * only: in a table of millions (a gateway on unique keys holds every key
- * for its --ttl) that is one cache miss, where a chained table took one for
- * the bucket and one for every node on the chain. A table owns nothing: the
- * caller allocates and frees items. Not thread-safe (callers hold a lock).
+ * entries). Each slot holds an item's hash beside its pointer, so looking
+ * up a key that is absent reads the slots only: in a table of millions (a
+ * gateway on unique keys holds every key for its --ttl) that is one cache
+ * miss, where a chained table took one for the bucket and one for every
+ * node on the chain. A table owns nothing: the caller allocates and frees
+ * items. Not thread-safe (callers hold a lock).
  *
  * The hash must be well mixed in its top bits, which pick the home slot:
  * idem_otable_hash gives such a hash.
@@ -85,6 +85,15 @@ static inline size_t idem_otable_find(const idem_otable *t, uint64_t hash, const
   return i;
 }
 
+/* The first empty slot from hash's home: where an item of that hash goes
+ * when its key is known to be absent. */
+static inline size_t idem_otable_empty_slot(const idem_otable *t, uint64_t hash) {
+  size_t i = idem_otable_home(t, hash);
+  while (t->slots[i].item)
+    i = (i + 1) & t->mask;
+  return i;
+}
+
 /* Double the slots; -1 without memory. */
 static inline int idem_otable_grow(idem_otable *t) {
   size_t n = (t->mask + 1) * 2;
@@ -96,12 +105,8 @@ static inline int idem_otable_grow(idem_otable *t) {
   t->mask = n - 1;
   t->shift--;
   for (size_t j = 0; j <= old.mask; j++)
-    if (old.slots[j].item) {
-      size_t k = idem_otable_home(t, old.slots[j].hash);
-      while (slots[k].item)
-        k = (k + 1) & t->mask;
-      slots[k] = old.slots[j];
-    }
+    if (old.slots[j].item)
+      slots[idem_otable_empty_slot(t, old.slots[j].hash)] = old.slots[j];
   free(old.slots);
   return 0;
 }
@@ -112,12 +117,10 @@ static inline int idem_otable_grow(idem_otable *t) {
  * and the item would take the last empty slot, where every find stops. */
 static inline int idem_otable_add(idem_otable *t, size_t i, uint64_t hash, void *item) {
   if (t->count + 1 > (t->mask + 1) / 2) {
-    if (idem_otable_grow(t) == 0) {
-      for (i = idem_otable_home(t, hash); t->slots[i].item; i = (i + 1) & t->mask) {
-      }
-    } else if (t->count + 1 > t->mask) {
+    if (idem_otable_grow(t) == 0)
+      i = idem_otable_empty_slot(t, hash);
+    else if (t->count + 1 > t->mask)
       return -1; /* fuller and slower is still correct, but not full */
-    }
   }
   t->slots[i].hash = hash;
   t->slots[i].item = item;

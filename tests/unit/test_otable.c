@@ -30,6 +30,9 @@ static int item_matches(const void *it, const unsigned char *key, size_t klen) {
   return i->klen == klen && !memcmp(i->key, key, klen);
 }
 
+/* Distinct, well-mixed hashes for the numbers 0 to N - 1. */
+static uint64_t spread(uint32_t k) { return (uint64_t)(k + 1) * UINT64_C(0x9E3779B97F4A7C15); }
+
 static int u32_matches(const void *it, const unsigned char *key, size_t klen) {
   return klen == sizeof(uint32_t) && !memcmp(it, key, klen);
 }
@@ -134,7 +137,7 @@ static void a_table_past_the_huge_page_size_keeps_every_item(void **state) {
   assert_int_equal(idem_otable_init(&t), 0);
   for (uint32_t k = 0; k < N; k++) {
     keys[k] = k;
-    uint64_t hash = (uint64_t)(k + 1) * UINT64_C(0x9E3779B97F4A7C15);
+    uint64_t hash = spread(k);
     size_t i = idem_otable_find(&t, hash, (const unsigned char *)&keys[k], sizeof keys[k],
                                 u32_matches);
     assert_null(t.slots[i].item);
@@ -146,8 +149,7 @@ static void a_table_past_the_huge_page_size_keeps_every_item(void **state) {
     taken += t.slots[i].item != NULL;
   assert_int_equal(taken, N);
   for (uint32_t k = 0; k < N; k++) {
-    uint64_t hash = (uint64_t)(k + 1) * UINT64_C(0x9E3779B97F4A7C15);
-    size_t i = idem_otable_find(&t, hash, (const unsigned char *)&k, sizeof k, u32_matches);
+    size_t i = idem_otable_find(&t, spread(k), (const unsigned char *)&k, sizeof k, u32_matches);
     assert_ptr_equal(t.slots[i].item, &keys[k]);
   }
   free(t.slots);
