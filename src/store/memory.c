@@ -21,7 +21,6 @@
  * a request (claim, complete), and one malloc each, not five, keeps a heap
  * of millions of records compact. A new record is a new entry. */
 typedef struct entry {
-  int64_t expires_at; /* rec.expires_at, on the line of klen and key[] */
   size_t klen;
   idem_record rec;     /* its scope, key, headers and body point into key[] */
   unsigned char key[]; /* klen bytes, then those four, each NUL-ended */
@@ -57,8 +56,10 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static idem_queue registry = {&registry, &registry};
 
 /* A key's hash (idem_otable_hash): its top four bits pick the shard; the
- * rest, shifted up, the slot in it. */
+ * rest, shifted up, is the hash its shard's table knows (hash_in_shard). */
 static shard *shard_of(table *t, uint64_t hash) { return &t->shards[hash >> 60]; }
+
+static uint64_t hash_in_shard(uint64_t hash) { return hash << 4; }
 
 /* ---- the hash table ---------------------------------------------------- */
 
@@ -70,7 +71,7 @@ static int entry_matches(const void *item, const unsigned char *key, size_t klen
 }
 
 static size_t find(const shard *s, const unsigned char *key, size_t len, uint64_t hash) {
-  return idem_otable_find(&s->records, hash << 4, key, len, entry_matches);
+  return idem_otable_find(&s->records, hash, key, len, entry_matches);
 }
 
 /* Copy len bytes of src, if any, to *at, NUL-ended, and point *dst there. */
@@ -95,7 +96,6 @@ static entry *entry_new(const unsigned char *key, size_t len, const idem_record 
                     placed_size(resp->body, resp->body_len));
   if (!e)
     return NULL;
-  e->expires_at = rec->expires_at;
   e->klen = len;
   memcpy(e->key, key, len);
   e->rec = *rec;
@@ -121,15 +121,15 @@ static int put(shard *s, size_t slot, const unsigned char *key, size_t len, uint
   entry *e = entry_new(key, len, rec), *old = entry_at(s, slot);
   if (!e)
     return IDEM_ENOMEM;
-  s->earliest = least(s->earliest, e->expires_at);
-  s->cycle_least = least(s->cycle_least, e->expires_at);
+  s->earliest = least(s->earliest, rec->expires_at);
+  s->cycle_least = least(s->cycle_least, rec->expires_at);
   if (old) {
     idem_otable_replace(&s->records, slot, e);
     free(old);
     return 0;
   }
   size_t nslots = s->records.mask + 1;
-  if (idem_otable_add(&s->records, slot, hash << 4, e)) {
+  if (idem_otable_add(&s->records, slot, hash, e)) {
     free(e);
     return IDEM_ENOMEM;
   }
@@ -163,10 +163,10 @@ static void sweep_some(shard *s, int64_t now) {
   for (int n = 0; n < SWEEP_SLOTS; n++) {
     size_t mask = s->records.mask, i = s->sweep_at & mask;
     entry *e;
-    while ((e = entry_at(s, i)) && e->expires_at <= now)
+    while ((e = entry_at(s, i)) && e->rec.expires_at <= now)
       remove_at(s, i); /* the entry moved into i has not been seen */
     if (e)
-      s->cycle_least = least(s->cycle_least, e->expires_at);
+      s->cycle_least = least(s->cycle_least, e->rec.expires_at);
     if ((++s->sweep_at & mask) == 0) { /* a whole pass: every record was seen */
       s->earliest = s->cycle_least;
       s->cycle_least = INT64_MAX;
@@ -213,8 +213,9 @@ static int run_keyed(table *t, idem_req *req) {
   uint64_t hash = idem_otable_hash(key, len);
   shard *s = shard_of(t, hash);
   pthread_mutex_lock(&s->lock);
-  int err = req->op.kind == IDEM_OP_DELETE ? run_delete(s, key, len, hash, req)
-                                           : run_transition(s, key, len, hash, req);
+  int err = req->op.kind == IDEM_OP_DELETE
+                ? run_delete(s, key, len, hash_in_shard(hash), req)
+                : run_transition(s, key, len, hash_in_shard(hash), req);
   pthread_mutex_unlock(&s->lock);
   return err;
 }
@@ -270,7 +271,7 @@ static int run_gc(table *t, idem_req *req) {
     pthread_mutex_lock(&s->lock);
     for (size_t j = 0; j <= s->records.mask && req->result.count < req->op.limit;) {
       entry *e = entry_at(s, j);
-      if (e && e->expires_at <= now) {
+      if (e && e->rec.expires_at <= now) {
         remove_elsewhere(s, j); /* and look at j again: another entry may be there */
         req->result.count++;
       } else {
