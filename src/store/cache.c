@@ -103,10 +103,12 @@ static int64_t later(int64_t a, int64_t b) { return a > b ? a : b; }
  * there, whose deletion time it keeps when later than buried). */
 static void insert(idem_cache *c, const unsigned char *key, size_t klen, const idem_record *rec,
                    int64_t until, int kind, int64_t buried) {
-  size_t slot = slot_of(c, key, klen);
+  uint64_t hash = idem_otable_hash(key, klen);
+  size_t slot = idem_otable_find(&c->entries, hash, key, klen, centry_matches);
   if (at(c, slot)) {
     buried = later(buried, at(c, slot)->buried);
-    remove_at(c, slot);
+    remove_at(c, slot); /* which may move another entry into slot */
+    slot = idem_otable_empty_slot(&c->entries, hash);
   }
   size_t vlen = rec ? idem_record_encoded_len(rec) : 0;
   if (sizeof(centry) + klen + vlen > c->max_bytes)
@@ -118,7 +120,7 @@ static void insert(idem_cache *c, const unsigned char *key, size_t klen, const i
   memcpy(e->bytes, key, klen);
   if (rec)
     idem_record_encode(rec, e->bytes + klen);
-  if (idem_otable_add(&c->entries, slot_of(c, key, klen), idem_otable_hash(key, klen), e)) {
+  if (idem_otable_add(&c->entries, slot, hash, e)) {
     free(e);
     return;
   }
