@@ -57,8 +57,12 @@ static int next_item(const char **p, char *out, size_t cap) {
 }
 
 /* Whether the request parser takes method m: any other is a 400 before
- * a route is looked at, so a route's list naming it could never match. */
+ * a route is looked at, so a route's list naming it could never match.
+ * http_parser knows CONNECT, but the request parser refuses it (a tunnel
+ * is not a request this gateway can forward). */
 static int known_method(const char *m) {
+  if (!strcmp(m, "CONNECT"))
+    return 0;
 #define KNOWN(num, name, string) \
   if (!strcmp(m, #string))       \
     return 1;

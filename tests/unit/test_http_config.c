@@ -163,6 +163,7 @@ static void test_bad_values(void **state) {
   expect_refused("--upstream", "127.0.0.1:9000", "http://HOST:PORT");
   expect_refused("--on-store-error", "maybe", "closed or open");
   expect_refused("--methods", "POST,,PUT", "POST,PATCH");
+  expect_refused("--methods", "POST,connect", "POST,PATCH"); /* always a 400 */
   expect_refused("--scope-header", "Bad Header", "Authorization");
   expect_refused("--workers", "0", "1 to 64");
   expect_refused("--max-conns", "0", "1 to 1000000");
