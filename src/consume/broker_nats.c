@@ -17,7 +17,8 @@
  *   the loop       acks (natsMsg_Ack), keeps (natsMsg_InProgress), later
  *                  (natsMsg_NakWithDelay: the
  *                  server redelivers after the delay, counting it),
- *   thread pool    dead letters: published to <subject>.dead with a
+ *   thread pool    dead letters: published to <subject>.dead (or
+ *                  idem-dead.<STREAM>: see dead_subject_of) with a
  *                  Nats-Msg-Id derived from the message's stream sequence
  *                  (so a retry after a crash stores it once), the publish
  *                  acknowledged by JetStream, then natsMsg_Term: the message
@@ -329,6 +330,50 @@ static void fetch_teardown(nbroker *b) {
   uv_rwlock_wrunlock(&b->js_lock);
 }
 
+/* The length of the first token of subject s (up to a '.' or the end). */
+static size_t token_len(const char *s) {
+  const char *dot = strchr(s, '.');
+  return dot ? (size_t)(dot - s) : strlen(s);
+}
+
+/* Whether the subject filter f ('*' one token, '>' one or more to the end)
+ * takes in the subject s, which has no wildcards. */
+static int filter_takes(const char *f, const char *s) {
+  for (;;) {
+    size_t fl = token_len(f), sl = token_len(s);
+    if (fl == 1 && f[0] == '>')
+      return 1;
+    if (!(fl == 1 && f[0] == '*') && (fl != sl || memcmp(f, s, fl) != 0))
+      return 0;
+    if (!f[fl] || !s[sl])
+      return !f[fl] && !s[sl];
+    f += fl + 1;
+    s += sl + 1;
+  }
+}
+
+static int has_wildcard(const char *subject) {
+  for (const char *t = subject;; t += token_len(t) + 1) {
+    if (token_len(t) == 1 && (t[0] == '*' || t[0] == '>'))
+      return 1;
+    if (!t[token_len(t)])
+      return 0;
+  }
+}
+
+/* The dead-letter subject: <first subject>.dead, unless that first subject
+ * has wildcards (orders.> would take in orders.dead, and orders.*.new.dead
+ * is no subject to publish to) or a subject of the stream takes it in;
+ * then idem-dead.<STREAM>, out of the stream's way. */
+static void dead_subject_of(nbroker *b, const jsStreamConfig *sc) {
+  int own = !has_wildcard(b->subject);
+  snprintf(b->dead_subject, sizeof b->dead_subject, "%s.dead", b->subject);
+  for (int i = 0; own && sc && i < sc->SubjectsLen; i++)
+    own = !filter_takes(sc->Subjects[i], b->dead_subject);
+  if (!own)
+    snprintf(b->dead_subject, sizeof b->dead_subject, "idem-dead.%s", b->stream);
+}
+
 /* The stream's subject (its first), the dead-letter subject and a stream
  * to keep it (created when missing). */
 static natsStatus find_subjects(nbroker *b) {
@@ -339,12 +384,9 @@ static natsStatus find_subjects(nbroker *b) {
     return s;
   const char *subj = si->Config && si->Config->SubjectsLen > 0 ? si->Config->Subjects[0] : b->stream;
   snprintf(b->subject, sizeof b->subject, "%s", subj);
+  dead_subject_of(b, si->Config);
   jsStreamInfo_Destroy(si);
   si = NULL; /* the calls below leave it as it is when they fail */
-  size_t n = strlen(b->subject);
-  if (n >= 2 && (!strcmp(b->subject + n - 2, ".>") || !strcmp(b->subject + n - 2, ".*")))
-    b->subject[n - 2] = 0;
-  snprintf(b->dead_subject, sizeof b->dead_subject, "%s.dead", b->subject);
   snprintf(b->dead_stream, sizeof b->dead_stream, "%s_DEAD", b->stream);
   if (js_GetStreamInfo(&si, b->js, b->dead_stream, NULL, NULL) == NATS_OK) {
     jsStreamInfo_Destroy(si);

@@ -85,6 +85,16 @@ static int64_t backoff_ms(const cs_config *cfg, unsigned n) {
   return d < cfg->max_retry_delay_ms ? d : cfg->max_retry_delay_ms;
 }
 
+/* The deliveries that count toward --max-deliveries and the backoff: the
+ * broker's count, but no more than the times the key was claimed (its
+ * fence, once this delivery claimed it). Redis and NATS count every
+ * redelivery, also those that found the key busy on another consumer,
+ * which never reached the handler; every delivery that did claimed the key. */
+static unsigned deliveries_counted(const cs_job *j) {
+  unsigned n = j->m->deliveries;
+  return j->fence && j->fence < n ? (unsigned)j->fence : n;
+}
+
 static idem_store *flow_store(cs_flow *f) {
   if (f->store)
     return f->store;
@@ -312,7 +322,7 @@ static void on_failed(idem_store *st, const idem_result *res, void *arg) {
 static void fail_dead(cs_job *j, int status, const char *reason) {
   dead_ctx *d = calloc(1, sizeof *d);
   if (!d) {
-    settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY, 1);
+    settle_later(j, backoff_ms(j->f->cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
     return;
   }
   d->j = j;
@@ -491,23 +501,13 @@ static void on_released(idem_store *st, const idem_result *res, void *arg) {
   if (res->err && res->err != IDEM_ESTALE)
     fprintf(stderr, "idem consume: releasing key '%s' failed: %s (its lease runs out instead)\n",
             j->key, idem_strerror(res->err));
-  settle_later(j, backoff_ms(j->f->cfg, j->m->deliveries), CS_OUT_RETRY, 1);
-}
-
-/* The deliveries that count toward --max-deliveries: the broker's count,
- * but no more than the times the key was claimed (its fence, once this
- * delivery claimed it). Redis and NATS count every redelivery, also those
- * that found the key busy on another consumer, which never reached the
- * handler; every delivery that did claimed the key. */
-static unsigned deliveries_counted(const cs_job *j) {
-  unsigned n = j->m->deliveries;
-  return j->fence && j->fence < n ? (unsigned)j->fence : n;
+  settle_later(j, backoff_ms(j->f->cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
 }
 
 static void handler_failed(cs_job *j, int status, const char *what) {
   const cs_config *cfg = j->f->cfg;
   if (j->bypass) {
-    settle_later(j, backoff_ms(cfg, j->m->deliveries), CS_OUT_RETRY, 1);
+    settle_later(j, backoff_ms(cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
     return;
   }
   if (deliveries_counted(j) < (unsigned)cfg->max_deliveries) {

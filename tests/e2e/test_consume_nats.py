@@ -84,13 +84,13 @@ class Outcomes(NatsCase, OutcomeTests):
         self.assertEqual(dead[0]["Nats-Msg-Id"], "idem-dead-ORDERS:2")  # deduplicates its retries
 
     def test_a_setup_that_fails_is_named_and_retried(self):
-        # a stream whose subjects take in its own dead-letter subject: the
+        # a stream whose subjects take in even idem-dead.<STREAM>: the
         # dead-letter stream cannot be made; and a stream that is not there
         from consume_harness import Consumer
         from harness import finish_process, wait_for
-        self.nc.js("STREAM.CREATE.WIDE", {"name": "WIDE", "subjects": ["w.>"],
+        self.nc.js("STREAM.CREATE.WIDE", {"name": "WIDE", "subjects": ["w.>", "idem-dead.>"],
                                           "storage": "file"})
-        cases = [("WIDE", "creating the dead-letter stream 'WIDE_DEAD' for 'w.dead'"),
+        cases = [("WIDE", "creating the dead-letter stream 'WIDE_DEAD' for 'idem-dead.WIDE'"),
                  ("NOPE", "stream 'NOPE': ")]
         for stream, words in cases:
             c = Consumer("%s?stream=%s&consumer=c" % (self.ns.url, stream),
@@ -102,6 +102,30 @@ class Outcomes(NatsCase, OutcomeTests):
             self.assertNotIn(": OK;", c.stderr())
             self.assertTrue(c.alive(), c.stderr())  # it retries, it does not crash
             c.stop()
+
+    def test_a_stream_on_wildcards_keeps_its_dead_letters_out_of_its_way(self):
+        # nf.> would take in nf.dead, and nd.in takes in nd.in.dead through
+        # its second subject: both get idem-dead.<STREAM>
+        from consume_harness import Consumer
+        from harness import finish_process, wait_for
+        for stream, subjects, publish_to in (("NF", ["nf.>"], "nf.x"),
+                                             ("ND", ["nd.in", "nd.in.>"], "nd.in")):
+            self.nc.js("STREAM.CREATE." + stream, {"name": stream, "subjects": subjects,
+                                                   "storage": "file"})
+            c = Consumer("%s?stream=%s&consumer=c" % (self.ns.url, stream),
+                         self.h.url + "/messages", store="memory:", args=self.consumer_args)
+            self.addCleanup(finish_process, self, c)
+            c.start()
+            self.nc.publish_many(publish_to, [(b"a", {"Order-Id": stream + "-1"}), (b"b", {})])
+            wait_for(lambda: len(self.nc.stream_messages(stream + "_DEAD")) == 1, 20,
+                     what="the dead letter of " + stream)
+            wait_for(lambda: self.h.successes(stream + "-1") == 1, 20, what=stream + "-1 run")
+            info = self.nc.js("STREAM.INFO.%s_DEAD" % stream)
+            self.assertEqual(info["config"]["subjects"], ["idem-dead." + stream])
+            hdrs, body = self.nc.stream_messages(stream + "_DEAD")[0]
+            self.assertIn("no header 'Order-Id'", hdrs["Idem-Reason"])
+            self.assertEqual(body, b"b")
+            self.assertEqual(c.stop(), 0, c.stderr())
 
     def test_a_dead_letter_carries_the_servers_headers_renamed(self):
         # Nats-* headers would act on the dead letter's own publish (an

@@ -179,20 +179,33 @@ class DeliveryCounts(ConsumeCase):
     another consumer (postponed, then taken again with XAUTOCLAIM, which
     counts it) never reached the handler."""
 
-    def test_redeliveries_that_never_claimed_the_key_do_not_count(self):
-        # the entry's counter as seven postponements would leave it
-        # (XCLAIM RETRYCOUNT), its key never claimed: it still runs
-        self.publish([{"message_id": "postponed", "body": "x"}])
+    def publish_postponed_seven_times(self, key):
+        """An entry whose counter is as seven postponements would leave it
+        (XCLAIM RETRYCOUNT), its key never claimed."""
+        self.publish([{"message_id": key, "body": "x"}])
         self.r.command("XGROUP", "CREATE", STREAM, GROUP, "0")
         self.r.command("XREADGROUP", "GROUP", GROUP, "gone", "COUNT", "1", "STREAMS", STREAM, ">")
         [(eid, _)] = self.r.entries(STREAM)
         self.r.command("XCLAIM", STREAM, GROUP, "gone", "0", eid, "IDLE", "60000",
                        "RETRYCOUNT", "7", "JUSTID")
+
+    def test_redeliveries_that_never_claimed_the_key_do_not_count(self):
+        # seven postponements, its key never claimed: it still runs
+        self.publish_postponed_seven_times("postponed")
         self.consumer("--max-deliveries", "3")
         self.wait_settled()
         self.assertEqual(self.h.successes("postponed"), 1)
         self.assertEqual(self.h.attempts("postponed")[0]["headers"]["X-Idem-Deliveries"], "8")
         self.assertEqual(self.dead_letters(), [])
+
+    def test_the_backoff_counts_deliveries_as_max_deliveries_does(self):
+        # seven postponements, then a 503: the retry comes after
+        # --retry-delay (its key claimed once), not 2^7 times it (12.8 s)
+        self.h.script["postponed"] = [(503, 0)]
+        self.publish_postponed_seven_times("postponed")
+        self.consumer("--lock-ttl", "30s", "--retry-delay", "100ms", "--max-retry-delay", "60s")
+        wait_for(lambda: self.h.successes("postponed") == 1, 8, what="the retry, soon")
+        self.assertEqual(len(self.h.attempts("postponed")), 2)
 
     def test_a_key_claimed_more_times_than_max_deliveries_is_dead_lettered_unrun(self):
         # each consumer that took the entry claimed its key and was killed
