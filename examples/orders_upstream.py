@@ -4,13 +4,12 @@ new order with the next id, so a retry that reaches it twice is visible.
 
     python3 examples/orders_upstream.py [PORT]     (default 8080, 127.0.0.1)
 """
-import itertools
 import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-next_id = itertools.count(1)
+orders_created = 0  # also the last order id
 lock = threading.Lock()
 
 
@@ -30,13 +29,17 @@ class Orders(BaseHTTPRequestHandler):
         request = self.rfile.read(length)
         if self.path != "/orders":
             return self._reply(404, {"error": "not found"})
+        global orders_created
         with lock:
-            order_id = next(next_id)
+            orders_created += 1
+            order_id = orders_created
         self._reply(201, {"order": order_id, "request": request.decode(errors="replace"),
                           "fence": self.headers.get("Idempotency-Fence")})
 
     def do_GET(self):
-        self._reply(200, {"orders_created": next(next_id) - 1})
+        with lock:
+            created = orders_created
+        self._reply(200, {"orders_created": created})
 
     def log_message(self, fmt, *args):
         sys.stderr.write("upstream: %s\n" % (fmt % args))

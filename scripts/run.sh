@@ -3,7 +3,7 @@
 # embedded LMDB store (./idem-data) in front of the example orders API.
 #   gateway:  http://127.0.0.1:8081   (admin: http://127.0.0.1:8082)
 #   upstream: http://127.0.0.1:8080   (examples/orders_upstream.py)
-# Ctrl-C stops both.
+# Ctrl-C, or SIGTERM to this script, stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -11,6 +11,23 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target idem
 python3 examples/orders_upstream.py 8080 &
 upstream=$!
-trap 'kill $upstream 2>/dev/null || true' EXIT INT TERM
+trap 'kill $upstream 2>/dev/null || true' EXIT
+# the gateway is ready only once its upstream is: wait for the port (10 s)
+for _ in $(seq 100); do
+  (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && break
+  kill -0 $upstream 2>/dev/null || { echo "run.sh: the example upstream did not start" >&2; exit 1; }
+  sleep 0.1
+done
 build/idem serve --listen 127.0.0.1:8081 --admin-listen 127.0.0.1:8082 \
-  --upstream http://127.0.0.1:8080 --store lmdb:./idem-data "$@"
+  --upstream http://127.0.0.1:8080 --store lmdb:./idem-data "$@" &
+gateway=$!
+# bash runs a trap only between commands, so the gateway runs in the
+# background and the script waits for it: a SIGTERM or Ctrl-C to the
+# script is passed on at once, and the gateway finishes what is in flight
+trap 'kill -TERM $gateway 2>/dev/null || true' INT TERM
+status=0
+wait $gateway || status=$?
+while kill -0 $gateway 2>/dev/null; do # wait returned early for the signal
+  wait $gateway || status=$?
+done
+exit $status
