@@ -353,11 +353,13 @@ static int filter_takes(const char *f, const char *s) {
 }
 
 static int has_wildcard(const char *subject) {
-  for (const char *t = subject;; t += token_len(t) + 1) {
-    if (token_len(t) == 1 && (t[0] == '*' || t[0] == '>'))
+  for (const char *t = subject;;) {
+    size_t n = token_len(t);
+    if (n == 1 && (t[0] == '*' || t[0] == '>'))
       return 1;
-    if (!t[token_len(t)])
+    if (!t[n])
       return 0;
+    t += n + 1;
   }
 }
 

@@ -201,6 +201,11 @@ static void settle_later(cs_job *j, int64_t delay_ms, cs_outcome o, int ran) {
   j->f->broker->vt->later(j->f->broker, j->m, delay_ms, ran, on_settled, j);
 }
 
+/* The handler failed this delivery: it comes again after the backoff. */
+static void settle_retry(cs_job *j) {
+  settle_later(j, backoff_ms(j->f->cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
+}
+
 static void settle_dead(cs_job *j, const char *reason, cs_outcome o) {
   j->settling = 1;
   cs_metrics_outcome(o);
@@ -322,7 +327,7 @@ static void on_failed(idem_store *st, const idem_result *res, void *arg) {
 static void fail_dead(cs_job *j, int status, const char *reason) {
   dead_ctx *d = calloc(1, sizeof *d);
   if (!d) {
-    settle_later(j, backoff_ms(j->f->cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
+    settle_retry(j);
     return;
   }
   d->j = j;
@@ -501,23 +506,24 @@ static void on_released(idem_store *st, const idem_result *res, void *arg) {
   if (res->err && res->err != IDEM_ESTALE)
     fprintf(stderr, "idem consume: releasing key '%s' failed: %s (its lease runs out instead)\n",
             j->key, idem_strerror(res->err));
-  settle_later(j, backoff_ms(j->f->cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
+  settle_retry(j);
 }
 
 static void handler_failed(cs_job *j, int status, const char *what) {
   const cs_config *cfg = j->f->cfg;
   if (j->bypass) {
-    settle_later(j, backoff_ms(cfg, deliveries_counted(j)), CS_OUT_RETRY, 1);
+    settle_retry(j);
     return;
   }
-  if (deliveries_counted(j) < (unsigned)cfg->max_deliveries) {
+  unsigned delivery = deliveries_counted(j);
+  if (delivery < (unsigned)cfg->max_deliveries) {
     idem_op op = {.kind = IDEM_OP_RELEASE};
     submit(j, &op, on_released);
     return;
   }
   char reason[200];
   snprintf(reason, sizeof reason, "the handler %s on delivery %u of %d (--max-deliveries)", what,
-           deliveries_counted(j), cfg->max_deliveries);
+           delivery, cfg->max_deliveries);
   fail_dead(j, status, reason);
 }
 
@@ -698,11 +704,11 @@ static void on_claim(idem_store *st, const idem_result *res, void *arg) {
     j->lease_end = lease_end_of(j);
     j->store_tries = 0; /* the store answers: a later failure backs off afresh */
     align_takeover_clock(j);
-    if (deliveries_counted(j) > (unsigned)f->cfg->max_deliveries) {
+    unsigned delivery = deliveries_counted(j);
+    if (delivery > (unsigned)f->cfg->max_deliveries) {
       char reason[200];
       snprintf(reason, sizeof reason, "delivered %u times, more than --max-deliveries %d, with no "
-               "answer kept (consumers stopped while it ran?)", deliveries_counted(j),
-               f->cfg->max_deliveries);
+               "answer kept (consumers stopped while it ran?)", delivery, f->cfg->max_deliveries);
       fail_dead(j, 502, reason);
       return;
     }

@@ -1,6 +1,7 @@
 /* fnv.h - FNV-1a over bytes: under otable.h's idem_otable_hash, the hash
- * of the in-memory tables keyed by scoped keys (memory.c, cache.c). Fast on short keys, and the keys are
- * not chosen by an attacker who sees the table (its size is private). */
+ * of the in-memory tables keyed by scoped keys (memory.c, cache.c). Fast on
+ * short keys, and the keys are not chosen by an attacker who sees the table
+ * (its size is private). */
 #ifndef IDEM_CORE_FNV_H
 #define IDEM_CORE_FNV_H
 
