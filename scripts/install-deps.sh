@@ -20,8 +20,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   # policy-rc.d keeps the packaged services (nginx, redis, postgresql,
   # rabbitmq, nats) from starting: tests start their own servers on free
-  # ports.
-  $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+  # ports. A policy the machine already has is left as it is.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d'
+    trap '$sudo rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  $sudo rm -f /usr/sbin/policy-rc.d
 fi
