@@ -67,7 +67,11 @@ struct rbroker {
   const char *stream, *group;
   char consumer[160];
   char *dead;
-  idem_addr_text addr;
+  /* the host's addresses: a connection that never got ready moves the
+   * next attempt on to the next one (a "localhost" whose first address,
+   * ::1, refuses), and one that did keeps its turn */
+  idem_addr_text addrs[IDEM_LOOKUP_MAX];
+  unsigned addr_turn;
   rconn *rd, *wr;
   int rd_ready, wr_ready, up, resolving;
   uv_timer_t backoff_timer, claim_timer, fail_timer;
@@ -522,6 +526,8 @@ static void on_backoff(uv_timer_t *t) { conn_start(t->data); }
 
 static void drop_all(rbroker *b, const char *why) {
   rconn *rd = b->rd, *wr = b->wr;
+  if (!b->up)
+    b->addr_turn++;
   b->rd = b->wr = NULL;
   b->rd_ready = b->wr_ready = 0;
   set_up(b, 0);
@@ -609,7 +615,8 @@ static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
     maybe_done(b);
     return;
   }
-  if (status || idem_lookup_addresses(ai, &b->addr, 1) < 1) {
+  int n = status ? 0 : idem_lookup_addresses(ai, b->addrs, IDEM_LOOKUP_MAX);
+  if (n < 1) {
     char why[200];
     snprintf(why, sizeof why, "cannot resolve %.100s: %s", b->base.uri.host,
              status ? uv_strerror(status) : "no address");
@@ -618,7 +625,7 @@ static void on_resolved(void *owner, int status, const struct addrinfo *ai) {
   }
   const char *user, *password;
   redis_credentials(&b->base.uri, &user, &password);
-  rconn_opts o = {.addr = b->addr, .port = b->base.uri.port, .user = user,
+  rconn_opts o = {.addr = b->addrs[b->addr_turn % (unsigned)n], .port = b->base.uri.port, .user = user,
                   .password = password, .db = atoi(b->base.uri.path),
                   .connect_timeout_ms = 2000, .ready = conn_ready, .gone = conn_gone, .arg = b};
   const char *why = NULL;

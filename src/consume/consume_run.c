@@ -98,7 +98,7 @@ static void on_signal(uv_signal_t *s, int signum) {
 }
 
 /* 0, or -1 (exit 1), or -2 for a malformed --store (exit 2). */
-static int open_parts(cs_flow *f, const struct sockaddr *to) {
+static int open_parts(cs_flow *f, const upstream_addrs *to) {
   const cs_config *cfg = f->cfg;
   upstream_options uo = {.max_response = cfg->max_response, .timeout_ms = cfg->handler_timeout_ms};
   f->pool = upstream_pool_new_opts(&f->loop, &uo, to);
@@ -148,7 +148,7 @@ static int open_parts(cs_flow *f, const struct sockaddr *to) {
 int cs_run(const cs_config *cfg) {
   static cs_flow flow; /* lives as long as the loop */
   cs_flow *f = &flow;
-  struct sockaddr_storage to;
+  upstream_addrs to;
   signal(SIGPIPE, SIG_IGN);
   memset(f, 0, sizeof *f);
   f->cfg = cfg;
@@ -158,7 +158,7 @@ int cs_run(const cs_config *cfg) {
                        &to) ||
       uv_loop_init(&f->loop))
     return 1;
-  int rc = open_parts(f, (const struct sockaddr *)&to);
+  int rc = open_parts(f, &to);
   if (rc)
     return rc == -2 ? 2 : 1; /* the process exits: what was opened goes with it */
   uv_signal_init(&f->loop, &f->sigterm);

@@ -72,7 +72,7 @@ struct gw_worker {
   int pool_closing;       /* closing: pool, then store, then stop_async */
   atomic_int loop_done;   /* set by the worker's thread as its loop ends */
   uv_async_t *finished;   /* the main loop's: this worker's loop is done */
-  struct sockaddr_storage upstream_addr;
+  upstream_addrs upstream_addrs;
   idem_queue conns; /* every open client connection (gw_conn.linked) */
   size_t nconns;
   int stopping;

@@ -268,7 +268,7 @@ static void worker_main(void *arg) {
 /* Everything that can fail happens here, on the main thread, before any
  * thread starts: errors are reported once and the exit code is honest. */
 static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
-                       const struct sockaddr_storage *up, gw_server *srv) {
+                       const upstream_addrs *up, gw_server *srv) {
   w->cfg = cfg;
   w->routes_gen = gw_routes_generation();
   w->routes = gw_routes_current();
@@ -278,7 +278,7 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
   w->finished = &srv->finished;
   w->listen_fd = fd;
   w->listen_spare_fd = -1;
-  memcpy(&w->upstream_addr, up, sizeof *up);
+  w->upstream_addrs = *up;
   if (uv_loop_init(&w->loop))
     return -1;
   uv_async_init(&w->loop, &w->stop_async, on_stop);
@@ -294,7 +294,7 @@ static int worker_init(gw_worker *w, const gw_config *cfg, int fd,
     return -1;
   }
   w->listener_open = 1;
-  w->pool = upstream_pool_new(&w->loop, cfg, (const struct sockaddr *)&w->upstream_addr);
+  w->pool = upstream_pool_new(&w->loop, cfg, &w->upstream_addrs);
   if (!w->pool)
     return -1;
   char *msg = NULL;
@@ -524,7 +524,7 @@ static void unbuild(gw_server *srv, int inited) {
  * spool (after the store, so that a bad store URI leaves no spool
  * directory behind), the admin socket. 0, or 1/2 for the exit status (2: a
  * bad URI). */
-static int build(gw_server *srv, const struct sockaddr_storage *up, int *admin_fd,
+static int build(gw_server *srv, const upstream_addrs *up, int *admin_fd,
                  int *admin_port) {
   const gw_config *cfg = srv->cfg;
   int rc = 0, inited = 0;
@@ -602,7 +602,7 @@ int gw_run(const gw_config *cfg) {
     return 2;
   }
   gw_routes_publish(gw_routes_hold(cfg->routes)); /* the table in force */
-  struct sockaddr_storage up;
+  upstream_addrs up;
   if (upstream_resolve(cfg->upstream_host, cfg->upstream_port, "idem serve: upstream host", &up))
     return 1;
   warn_about(cfg, cfg->routes);

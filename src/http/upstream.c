@@ -38,7 +38,9 @@ typedef struct up_conn {
   unsigned nbufs;
   int is_head, retry_safe;
   const upstream_stream *stream;
-  int abandoned; /* upstream_abort: closing, never reused */
+  int addr_i;     /* the pool address this connection goes to */
+  int addrs_left; /* addresses still to try after this one if it is refused */
+  int abandoned;  /* upstream_abort: closing, never reused */
   int paused;    /* upstream_pause: reading stopped, the deadline too */
   uint64_t deadline_left; /* ms of --upstream-timeout left when paused */
   uint64_t due;           /* loop ms when the current deadline ends (arm_deadline) */
@@ -51,7 +53,8 @@ typedef struct up_conn {
 struct upstream_pool {
   uv_loop_t *loop;
   upstream_options opts;
-  struct sockaddr_storage addr;
+  upstream_addrs addrs;
+  int addr_ok; /* the address a connection last reached: new ones go there */
   idem_queue idle; /* most recently used first */
   size_t nidle;
   size_t nconns;
@@ -68,7 +71,8 @@ void upstream_response_free(upstream_response *r) {
 static void conn_close(up_conn *c);
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-static void start_request(upstream_pool *pool, up_conn *c);
+static void start_request(upstream_pool *pool, up_conn *c, int addr_i, int addrs_left,
+                          uint64_t timeout_ms);
 
 static void idle_unlink(up_conn *c) {
   idem_queue_remove(&c->idle_link);
@@ -118,28 +122,53 @@ static void finish(up_conn *c, upstream_kind kind) {
   cb(arg, resp);
 }
 
-/* Hand the request of c to a fresh connection (c is closed by the caller). */
-static void retry_fresh(up_conn *c) {
+/* The request of c moved to a new connection that has yet to start, or
+ * NULL (no memory: c keeps it). c is closed by the caller. */
+static up_conn *take_request(up_conn *c) {
   up_conn *n = calloc(1, sizeof *n);
-  if (!n) {
-    finish(c, UP_RESET);
-    return;
-  }
+  if (!n)
+    return NULL;
   n->bufs = c->bufs;
   n->nbufs = c->nbufs;
   n->is_head = c->is_head;
-  n->retry_safe = 0;
+  n->retry_safe = c->retry_safe;
   n->stream = c->stream;
   n->resp = c->resp;
   n->cb = c->cb;
   n->arg = c->arg;
   c->cb = NULL;
   c->resp = NULL;
+  return n;
+}
+
+/* Hand the request of c to a fresh connection (c is closed by the caller). */
+static void retry_fresh(up_conn *c) {
+  up_conn *n = take_request(c);
+  if (!n) {
+    finish(c, UP_RESET);
+    return;
+  }
+  n->retry_safe = 0;
   gw_headers_reset(&n->resp->headers);
   n->resp->body.len = 0;
   n->resp->status = 0;
   n->resp->head_ns = 0;
-  start_request(c->pool, n);
+  upstream_pool *pool = c->pool;
+  start_request(pool, n, pool->addr_ok, pool->addrs.n - 1, (uint64_t)pool->opts.timeout_ms);
+}
+
+/* A connection to c's address was refused, or failed at once: nothing was
+ * sent. The request goes on to the next address, with what is left of its
+ * deadline, until each was tried once (c is closed by the caller). */
+static void next_address(up_conn *c) {
+  upstream_pool *pool = c->pool;
+  uint64_t now = uv_now(pool->loop);
+  up_conn *n = c->addrs_left > 0 && c->cb && c->due > now ? take_request(c) : NULL;
+  if (!n) {
+    finish(c, UP_CONNECT_FAILED);
+    return;
+  }
+  start_request(pool, n, (c->addr_i + 1) % pool->addrs.n, c->addrs_left - 1, c->due - now);
 }
 
 static void on_close(uv_handle_t *h) {
@@ -175,9 +204,12 @@ static void on_deadline(uv_timer_t *t) {
   if (gw_deadline_early(t, c->due, on_deadline))
     return;
   c->deadline_armed = 0;
-  if (c->state == UC_CONNECTING)
+  if (c->state == UC_CONNECTING) {
+    /* an address that never answers: the next connection tries another */
+    if (c->pool->addr_ok == c->addr_i)
+      c->pool->addr_ok = (c->addr_i + 1) % c->pool->addrs.n;
     finish(c, UP_CONNECT_FAILED);
-  else if (c->state == UC_BUSY)
+  } else if (c->state == UC_BUSY)
     finish(c, UP_TIMEOUT);
   conn_close(c);
 }
@@ -363,10 +395,11 @@ static void connect_cb(uv_connect_t *req, int status) {
   if (c->state == UC_CLOSING)
     return;
   if (status < 0) {
-    finish(c, UP_CONNECT_FAILED);
+    next_address(c);
     conn_close(c);
     return;
   }
+  c->pool->addr_ok = c->addr_i;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   send_now(c);
@@ -374,58 +407,66 @@ static void connect_cb(uv_connect_t *req, int status) {
 
 static void connect_failed_later(uv_timer_t *t) {
   up_conn *c = t->data;
-  finish(c, UP_CONNECT_FAILED);
+  next_address(c);
   conn_close(c);
 }
 
-static void start_request(upstream_pool *pool, up_conn *c) {
+/* Connect c to address addr_i, with timeout_ms to connect and answer;
+ * addrs_left addresses after it may be tried if it refuses (next_address). */
+static void start_request(upstream_pool *pool, up_conn *c, int addr_i, int addrs_left,
+                          uint64_t timeout_ms) {
   c->pool = pool;
   c->state = UC_CONNECTING;
   c->handles = 2;
+  c->addr_i = addr_i;
+  c->addrs_left = addrs_left;
   pool->nconns++;
   uv_tcp_init(pool->loop, &c->tcp);
   uv_timer_init(pool->loop, &c->timer);
   c->tcp.data = c->timer.data = c->creq.data = c;
-  arm_deadline(c, (uint64_t)pool->opts.timeout_ms);
-  int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&pool->addr,
+  arm_deadline(c, timeout_ms);
+  int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&pool->addrs.addr[addr_i],
                           connect_cb);
   if (rc < 0)
     defer(c, connect_failed_later);
 }
 
-int upstream_resolve(const char *host, int port, const char *who,
-                     struct sockaddr_storage *out) {
+int upstream_resolve(const char *host, int port, const char *who, upstream_addrs *out) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
   char service[16];
   snprintf(service, sizeof service, "%d", port);
   int rc = getaddrinfo(host, service, &hints, &res);
-  if (rc || !res) {
+  out->n = 0;
+  for (const struct addrinfo *ai = rc ? NULL : res; ai && out->n < UPSTREAM_ADDRS_MAX;
+       ai = ai->ai_next)
+    if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+        ai->ai_addrlen <= sizeof out->addr[0])
+      memcpy(&out->addr[out->n++], ai->ai_addr, ai->ai_addrlen);
+  if (res)
+    freeaddrinfo(res);
+  if (out->n == 0) {
     fprintf(stderr, "%s '%s': %s\n", who, host, rc ? gai_strerror(rc) : "no address");
     return -1;
   }
-  memcpy(out, res->ai_addr, res->ai_addrlen);
-  freeaddrinfo(res);
   return 0;
 }
 
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
-                                 const struct sockaddr *addr) {
+                                 const upstream_addrs *addrs) {
   upstream_options o = {.max_response = cfg->max_response,
                         .timeout_ms = cfg->upstream_timeout_ms};
-  return upstream_pool_new_opts(loop, &o, addr);
+  return upstream_pool_new_opts(loop, &o, addrs);
 }
 
 upstream_pool *upstream_pool_new_opts(uv_loop_t *loop, const upstream_options *opts,
-                                      const struct sockaddr *addr) {
-  upstream_pool *pool = calloc(1, sizeof *pool);
+                                      const upstream_addrs *addrs) {
+  upstream_pool *pool = addrs->n > 0 ? calloc(1, sizeof *pool) : NULL;
   if (!pool)
     return NULL;
   pool->loop = loop;
   idem_queue_init(&pool->idle);
   pool->opts = *opts;
-  memcpy(&pool->addr, addr,
-         addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                     : sizeof(struct sockaddr_in));
+  pool->addrs = *addrs;
   return pool;
 }
 
@@ -496,7 +537,7 @@ void upstream_send(upstream_pool *pool, const uv_buf_t *bufs, unsigned nbufs,
     arm_deadline(c, (uint64_t)pool->opts.timeout_ms);
     send_now(c);
   } else {
-    start_request(pool, c);
+    start_request(pool, c, pool->addr_ok, pool->addrs.n - 1, (uint64_t)pool->opts.timeout_ms);
   }
 }
 

@@ -74,18 +74,30 @@ typedef struct {
   int64_t timeout_ms;
 } upstream_options;
 
-/* Look host:port up once, at start (blocking): the first address into out.
- * 0, or -1 after a line on stderr that starts with who ("idem serve:
- * upstream host") and names the host. */
-int upstream_resolve(const char *host, int port, const char *who,
-                     struct sockaddr_storage *out);
+#define UPSTREAM_ADDRS_MAX 8
 
-/* A pool with serve's values (--max-response, --upstream-timeout). */
+/* The addresses of the upstream's host, in the resolver's order. */
+typedef struct {
+  struct sockaddr_storage addr[UPSTREAM_ADDRS_MAX];
+  int n;
+} upstream_addrs;
+
+/* Look host:port up once, at start (blocking): its first
+ * UPSTREAM_ADDRS_MAX IPv4 and IPv6 addresses into out. 0, or -1 after a
+ * line on stderr that starts with who ("idem serve: upstream host") and
+ * names the host. */
+int upstream_resolve(const char *host, int port, const char *who, upstream_addrs *out);
+
+/* A pool with serve's values (--max-response, --upstream-timeout). A new
+ * connection goes to the address the last one reached; one refused (or
+ * failing at once) moves on to the next address, within the request's
+ * --upstream-timeout, so "localhost" reaches a server listening on
+ * 127.0.0.1 only though ::1 comes first. */
 upstream_pool *upstream_pool_new(uv_loop_t *loop, const gw_config *cfg,
-                                 const struct sockaddr *addr);
+                                 const upstream_addrs *addrs);
 /* A pool with these options (copied). */
 upstream_pool *upstream_pool_new_opts(uv_loop_t *loop, const upstream_options *opts,
-                                      const struct sockaddr *addr);
+                                      const upstream_addrs *addrs);
 
 /*
  * Send one request (bufs stay valid until cb). is_head: the answer has no

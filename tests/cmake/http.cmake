@@ -19,3 +19,12 @@ foreach(t test_http_config test_http_policy test_http_request test_spool test_ro
     target_link_libraries(${t} PRIVATE ${HTTP_PARSER_LIB} PkgConfig::YAML)
   endif()
 endforeach()
+
+# The upstream pool (src/http/upstream.c, with the answer parser under it).
+if(TARGET test_upstream_addrs)
+  target_sources(test_upstream_addrs PRIVATE ${PROJECT_SOURCE_DIR}/src/http/upstream.c
+                                             ${PROJECT_SOURCE_DIR}/src/http/respparse.c
+                                             ${PROJECT_SOURCE_DIR}/src/http/msg.c)
+  target_include_directories(test_upstream_addrs PRIVATE ${HTTP_PARSER_INCLUDE})
+  target_link_libraries(test_upstream_addrs PRIVATE ${HTTP_PARSER_LIB})
+endif()
