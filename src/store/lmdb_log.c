@@ -158,6 +158,32 @@ static int read_logseq(lmdb_env *e, uint64_t *seq) {
   return rc;
 }
 
+/* Damage to the log that no crash makes, found after a walk of its image
+ * (walked: lmdb_log_walk's return, which stopped at end, past seq floor or
+ * LMDB's): a header of another format version, or a whole batch LMDB lacks
+ * beyond where the walk stopped (lmdb_log_lost_batch). Going on would start
+ * the log afresh over batches that were acknowledged, so the store is not
+ * opened: IDEM_EVERSION or IDEM_ECORRUPT, *why says which; 0 when the log
+ * only ends where a crash may have torn it. */
+static int log_damage(const unsigned char *img, size_t len, int walked, size_t end, uint64_t floor,
+                      char **why) {
+  size_t at;
+  if (!img)
+    return 0;
+  if (walked < 0 && lmdb_log_header_version(img, len) >= 0 &&
+      lmdb_log_header_version(img, len) != LMDB_LOG_VERSION) {
+    *why = "the log has another format version (written by another idem?)";
+    return IDEM_EVERSION;
+  }
+  if (lmdb_log_lost_batch(img, len, walked < 0 ? LMDB_LOG_HEAD : end, floor, &at)) {
+    *why = walked < 0 ? "the log's header is damaged, and batches LMDB lacks follow it"
+                      : "the log is damaged: batches LMDB lacks lie past a bad one (move "
+                        "idem.log aside to open the store without them)";
+    return IDEM_ECORRUPT;
+  }
+  return 0;
+}
+
 /* The owner's first act: LMDB gets every batch it lacks (one durable
  * commit), and the next batch goes to the start of the log. */
 static int log_recover(lmdb_env *e, char **why) {
@@ -182,7 +208,15 @@ static int log_recover(lmdb_env *e, char **why) {
   size_t end;
   uint64_t last = 0;
   int walked = img ? lmdb_log_walk(img, (size_t)got, replay_batch, &r, &end, &last) : -1;
+  int damage = r.rc ? 0 : log_damage(img, (size_t)got, walked, end, last > after ? last : after, why);
   free(img);
+  if (damage) {
+    if (r.txn) {
+      mdb_txn_abort(r.txn);
+      lmdb_map_release(e);
+    }
+    return damage;
+  }
   if (walked < 0) { /* new, or created by a process killed before its header was durable */
     int err = log_init(e);
     if (err) {

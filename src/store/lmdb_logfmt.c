@@ -106,6 +106,12 @@ int lmdb_log_header_ok(const unsigned char *p, size_t len) {
          get_le(p + 8, 4) == LMDB_LOG_VERSION;
 }
 
+long lmdb_log_header_version(const unsigned char *p, size_t len) {
+  if (len < 12 || memcmp(p, HEADER_MAGIC, 8))
+    return -1;
+  return (long)get_le(p + 8, 4);
+}
+
 /* ---- building a batch ---------------------------------------------------- */
 
 static int buf_reserve(lmdb_log_buf *b, size_t more) {
@@ -242,6 +248,33 @@ int lmdb_log_walk(const unsigned char *p, size_t len, lmdb_log_visit visit, void
     off += n;
     *end = off;
     *last = b.seq;
+  }
+  return 0;
+}
+
+uint64_t lmdb_log_lost_batch(const unsigned char *p, size_t len, size_t from, uint64_t floor,
+                             size_t *at) {
+  lmdb_log_batch b;
+  if (from > len)
+    return 0;
+  /* A torn batch whose own header came through: what it carries is not
+   * looked at, so a stored answer that holds the bytes of a batch cannot
+   * pass for one */
+  if (len - from >= LMDB_LOG_BATCH_HDR && !memcmp(p + from, "IDLB", 4) &&
+      get_le(p + from + 8, 8) == floor + 1 && !lmdb_log_batch_parse(p + from, len - from, &b)) {
+    uint64_t plen = get_le(p + from + 4, 4);
+    if (plen <= len - from - LMDB_LOG_BATCH_HDR)
+      from += LMDB_LOG_BATCH_HDR + (size_t)plen;
+  }
+  for (size_t off = from; off < len && len - off >= LMDB_LOG_BATCH_HDR; off++) {
+    const unsigned char *m = memchr(p + off, 'I', len - off - LMDB_LOG_BATCH_HDR + 1);
+    if (!m)
+      break;
+    off = (size_t)(m - p);
+    if (lmdb_log_batch_parse(m, len - off, &b) && b.seq > floor) {
+      *at = off;
+      return b.seq;
+    }
   }
   return 0;
 }

@@ -38,6 +38,10 @@ void lmdb_log_header(unsigned char out[LMDB_LOG_HEAD]);
 /* 1 when p[0..len) starts with a header this build reads */
 int lmdb_log_header_ok(const unsigned char *p, size_t len);
 
+/* The format version in a log image's header, or -1 when p does not start
+ * with a log's magic (a file whose header was never made durable). */
+long lmdb_log_header_version(const unsigned char *p, size_t len);
+
 /* A batch being built: the header's room is reserved at the front. */
 typedef struct {
   unsigned char *p;
@@ -82,5 +86,16 @@ int lmdb_log_entry_next(const lmdb_log_batch *b, size_t *off, lmdb_log_entry *ou
 typedef int (*lmdb_log_visit)(void *arg, const lmdb_log_batch *b);
 int lmdb_log_walk(const unsigned char *p, size_t len, lmdb_log_visit visit, void *arg,
                   size_t *end, uint64_t *last);
+
+/* A whole batch past the place from where a walk stopped (LMDB_LOG_HEAD
+ * for a log whose header is bad), with a seq above floor (the last seq
+ * walked, or LMDB's, whichever is higher): its seq, and its offset in *at;
+ * 0 when there is none. A crash tears only the batch being appended, and
+ * no batch is appended before the one ahead of it is flushed whole, so
+ * such a batch was acknowledged behind one damaged since: the log must not
+ * be taken as ending at from. Stale batches from before a reset have seqs
+ * LMDB holds, at or below floor. */
+uint64_t lmdb_log_lost_batch(const unsigned char *p, size_t len, size_t from, uint64_t floor,
+                             size_t *at);
 
 #endif

@@ -1,7 +1,9 @@
 /* fuzz_lmdb_log.c - the LMDB store's log as read back after a crash: any
  * bytes after a valid file header walk to a clean stop, never a crash or a
  * read out of bounds; every batch walked has consecutive seqs and entries
- * that lie inside it; every record value that decodes is within it.
+ * that lie inside it; every record value that decodes is within it; a
+ * search past where the walk stopped finds only a whole batch above the
+ * seq it was given, inside the image.
  *
  * The fuzz build links only src/core, so the log format is compiled in
  * here (and instrumented with the target). */
@@ -57,6 +59,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t last;
   if (lmdb_log_walk(img, w.len, visit, &w, &end, &last) != 0 || end > w.len || last != w.prev)
     abort();
+  size_t at;
+  for (uint64_t floor = 0; floor <= 2; floor++) {
+    uint64_t lost = lmdb_log_lost_batch(img, w.len, end, last + floor, &at);
+    lmdb_log_batch found;
+    if (lost && (lost <= last + floor || at < end || at >= w.len ||
+                 lmdb_log_batch_parse(img + at, w.len - at, &found) == 0 || found.seq != lost))
+      abort();
+  }
+  (void)lmdb_log_header_version(data, size);
+  (void)lmdb_log_lost_batch(data, size, size / 2, 0, &at);
   /* the raw bytes as a header, and as one batch */
   size_t end2;
   (void)lmdb_log_walk(data, size, NULL, NULL, &end2, &last);

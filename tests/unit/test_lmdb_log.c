@@ -1,7 +1,10 @@
 /* test_lmdb_log.c - the LMDB store's log: its batches round-trip, every
  * damaged or torn batch is refused by its checksum, a walk stops at stale
- * batches left from before a reset, and a store whose log is cut at every
- * byte of its last batch opens cleanly with every whole batch replayed. */
+ * batches left from before a reset, a store whose log is cut at every
+ * byte of its last batch opens cleanly with every whole batch replayed,
+ * and one whose log is damaged where no crash tears it (a bad batch with
+ * whole ones after it, a bad header, another format version) is refused
+ * with the log left as it was. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -146,6 +149,101 @@ static void walk_stops_at_stale_batches(void **state) {
   assert_int_equal(lmdb_log_walk(zeros, sizeof zeros, NULL, NULL, &end, &last), -1);
 }
 
+/* The offset of batch i (0-based) of an image_of image. */
+static size_t batch_at(const unsigned char *img, size_t len, int i) {
+  size_t off = LMDB_LOG_HEAD;
+  lmdb_log_batch b;
+  while (i-- > 0) {
+    size_t n = lmdb_log_batch_parse(img + off, len - off, &b);
+    assert_true(n > 0);
+    off += n;
+  }
+  return off;
+}
+
+static void batches_past_damage_are_found(void **state) {
+  (void)state;
+  uint64_t seqs[] = {1, 2, 3, 4};
+  size_t len, end, at;
+  uint64_t last;
+  unsigned char *img = image_of(seqs, 4, &len);
+  size_t second = batch_at(img, len, 1), third = batch_at(img, len, 2);
+  /* whole: nothing beyond the walk */
+  assert_int_equal(lmdb_log_walk(img, len, NULL, NULL, &end, &last), 0);
+  assert_true(lmdb_log_lost_batch(img, len, end, last, &at) == 0);
+  /* torn at any byte of the last batch: still nothing */
+  size_t fourth = batch_at(img, len, 3);
+  for (size_t cut = fourth; cut < len; cut++) {
+    assert_int_equal(lmdb_log_walk(img, cut, NULL, NULL, &end, &last), 0);
+    assert_true(last == 3 && end == fourth);
+    assert_true(lmdb_log_lost_batch(img, cut, end, last, &at) == 0);
+  }
+  /* one byte of the second batch's payload, or of its header, changed */
+  size_t hits[] = {second + LMDB_LOG_BATCH_HDR + 3, second + 9, second};
+  for (int h = 0; h < 3; h++) {
+    img[hits[h]] ^= 0x20;
+    assert_int_equal(lmdb_log_walk(img, len, NULL, NULL, &end, &last), 0);
+    assert_true(last == 1 && end == second);
+    assert_true(lmdb_log_lost_batch(img, len, end, last, &at) == 3);
+    assert_true(at == third);
+    img[hits[h]] ^= 0x20;
+  }
+  /* LMDB holds batch 3 already: only 4 is lost */
+  img[second + LMDB_LOG_BATCH_HDR + 3] ^= 0x20;
+  assert_true(lmdb_log_lost_batch(img, len, second, 3, &at) == 4);
+  assert_true(lmdb_log_lost_batch(img, len, second, 4, &at) == 0);
+  img[second + LMDB_LOG_BATCH_HDR + 3] ^= 0x20;
+  /* a bad header in front of batches LMDB lacks */
+  img[0] ^= 1;
+  assert_int_equal(lmdb_log_walk(img, len, NULL, NULL, &end, &last), -1);
+  assert_int_equal(lmdb_log_header_version(img, len), -1);
+  assert_true(lmdb_log_lost_batch(img, len, LMDB_LOG_HEAD, 0, &at) == 1);
+  assert_true(lmdb_log_lost_batch(img, len, LMDB_LOG_HEAD, 4, &at) == 0);
+  img[0] ^= 1;
+  assert_int_equal(lmdb_log_header_version(img, len), LMDB_LOG_VERSION);
+  free(img);
+  /* a bad header and one whole batch: that batch */
+  img = image_of(seqs, 1, &len);
+  img[5] ^= 1;
+  assert_true(lmdb_log_lost_batch(img, len, LMDB_LOG_HEAD, 0, &at) == 1);
+  free(img);
+  /* after a reset (8, 9 over the start of 3..7), 9 damaged: the stale
+   * batches behind it are below LMDB's seq (7 at least), not lost */
+  uint64_t reset[] = {8, 9, 5, 6, 7};
+  img = image_of(reset, 5, &len);
+  size_t nine = batch_at(img, len, 1);
+  img[nine + LMDB_LOG_BATCH_HDR + 2] ^= 0x20;
+  assert_int_equal(lmdb_log_walk(img, len, NULL, NULL, &end, &last), 0);
+  assert_true(last == 8);
+  assert_true(lmdb_log_lost_batch(img, len, end, 8, &at) == 0);
+  free(img);
+}
+
+/* A torn batch whose payload holds the bytes of a whole batch (a stored
+ * answer can be anything) is not taken for damage. */
+static void a_batch_inside_a_torn_one_is_not_lost(void **state) {
+  (void)state;
+  lmdb_log_buf inner = {0}, outer = {0};
+  const char *k[] = {"inner"};
+  build_batch(&inner, 99, k, 1);
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode("", "outer", skey);
+  assert_int_equal(
+      lmdb_log_buf_add(&outer, LMDB_LOG_PUT, skey, klen, inner.p, inner.len, INT64_C(1) << 50), 0);
+  lmdb_log_buf_seal(&outer, 2);
+  uint64_t one[] = {1};
+  size_t len, at;
+  unsigned char *img = image_of(one, 1, &len);
+  img = realloc(img, len + outer.len);
+  memcpy(img + len, outer.p, outer.len);
+  size_t start = len;
+  len += outer.len;
+  assert_true(lmdb_log_lost_batch(img, len - 1, start, 1, &at) == 0); /* torn by one byte */
+  lmdb_log_buf_free(&inner);
+  lmdb_log_buf_free(&outer);
+  free(img);
+}
+
 /* ---- a store whose log is torn ----------------------------------------- */
 
 static int has_key(idem_sync *s, const char *key) {
@@ -221,6 +319,63 @@ static void torn_log_opens_cleanly_at_every_byte(void **state) {
   free(img);
 }
 
+/* Write img[0..len) as dir's idem.log and open the store: the error. The
+ * log must be left as it was. */
+static int open_with_log(const char *name, const unsigned char *img, size_t len, char **msg) {
+  char dir[512], path[600], uri[700];
+  snprintf(dir, sizeof dir, "%s/%s", root, name);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof path, "%s/idem.log", dir);
+  int fd = open(path, O_CREAT | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, img, len), (ssize_t)len);
+  close(fd);
+  snprintf(uri, sizeof uri, "lmdb:%s", dir);
+  idem_sync *s = NULL;
+  int err = idem_sync_open(uri, &s, msg);
+  if (!err)
+    idem_sync_close(s);
+  unsigned char *back = malloc(len + 1);
+  fd = open(path, O_RDONLY);
+  assert_true(fd >= 0 && back);
+  ssize_t got = read(fd, back, len + 1);
+  close(fd);
+  if (err) {
+    assert_int_equal(got, (ssize_t)len);
+    assert_memory_equal(back, img, len);
+  }
+  free(back);
+  rm_rf(dir);
+  return err;
+}
+
+static void damaged_log_is_refused(void **state) {
+  (void)state;
+  uint64_t seqs[] = {1, 2, 3};
+  size_t len;
+  unsigned char *img = image_of(seqs, 3, &len);
+  size_t second = batch_at(img, len, 1);
+  char *msg = NULL;
+  img[second + LMDB_LOG_BATCH_HDR + 1] ^= 0x40;
+  assert_int_equal(open_with_log("mid", img, len, &msg), IDEM_ECORRUPT);
+  assert_non_null(strstr(msg, "damaged"));
+  free(msg);
+  img[second + LMDB_LOG_BATCH_HDR + 1] ^= 0x40;
+  img[3] ^= 1; /* the header's magic */
+  assert_int_equal(open_with_log("head", img, len, &msg), IDEM_ECORRUPT);
+  free(msg);
+  img[3] ^= 1;
+  img[8] = 2; /* version 2 */
+  assert_int_equal(open_with_log("version", img, len, &msg), IDEM_EVERSION);
+  assert_non_null(strstr(msg, "version"));
+  free(msg);
+  img[8] = LMDB_LOG_VERSION;
+  msg = NULL;
+  assert_int_equal(open_with_log("whole", img, len, &msg), 0);
+  free(msg);
+  free(img);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(crc32c_known_answer),
@@ -228,6 +383,9 @@ int main(void) {
       cmocka_unit_test(every_damage_is_refused),
       cmocka_unit_test(walk_stops_at_stale_batches),
       cmocka_unit_test(torn_log_opens_cleanly_at_every_byte),
+      cmocka_unit_test(batches_past_damage_are_found),
+      cmocka_unit_test(a_batch_inside_a_torn_one_is_not_lost),
+      cmocka_unit_test(damaged_log_is_refused),
   };
   return cmocka_run_group_tests(tests, temp_root_setup, temp_root_teardown);
 }
