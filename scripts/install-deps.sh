@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libuv1-dev libhttp-parser-dev liblmdb-dev lmdb-utils libhiredis-dev libpq-dev libssl-dev
-  libcmocka-dev libyaml-dev python3 curl dpkg-dev
+  libcmocka-dev libyaml-dev python3 curl dpkg-dev file
   redis-server postgresql nginx-light wrk procps
   rabbitmq-server nats-server librabbitmq-dev libnats-dev
 )
