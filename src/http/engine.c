@@ -77,15 +77,20 @@ static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
   gw_exchange_outcome(ex, outcome);
   upstream_response *up = &ex->up;
   gw_buf *h = &ex->stored_headers;
-  unsigned flags = 0;
-  if (ex->req->is_head) {
-    size_t len = 0;
-    const char *cl = gw_headers_get(&up->headers, "Content-Length", &len, NULL);
-    if (cl)
-      gw_buf_header(h, "Content-Length", 14, cl, len);
-    flags |= GW_RESP_OWN_CL;
-  }
+  unsigned flags = ex->req->is_head ? GW_RESP_OWN_CL : 0; /* see head_length */
   gw_conn_respond(ex, up->status, h->p, h->len, up->body.p, up->body.len, flags);
+}
+
+/* An answer to HEAD has no body, and its Content-Length is the one a GET
+ * would get: the upstream's goes into the headers kept (and replayed) with
+ * it, where other answers' framing is left out. Returns 0 or -1 (out of
+ * memory). */
+static int head_length(gw_exchange *ex) {
+  size_t len = 0;
+  const char *cl = gw_headers_get(&ex->up.headers, "Content-Length", &len, NULL);
+  if (!ex->req->is_head || !cl)
+    return 0;
+  return gw_buf_header(&ex->stored_headers, "Content-Length", 14, cl, len);
 }
 
 static void problem(gw_exchange *ex, gw_outcome outcome, int status,
@@ -167,7 +172,9 @@ static void answer_replay(gw_exchange *ex, const idem_record *rec) {
     return;
   }
   gw_exchange_outcome(ex, GW_OUT_REPLAYED);
-  gw_conn_respond(ex, r->status, h->p, h->len, b->p, b->len, 0);
+  /* a replay to HEAD (the key's first request was HEAD too) carries the
+   * Content-Length kept with the answer */
+  gw_conn_respond(ex, r->status, h->p, h->len, b->p, b->len, ex->req->is_head ? GW_RESP_OWN_CL : 0);
 }
 
 static void answer_mismatch(gw_exchange *ex) {
@@ -374,7 +381,8 @@ static void on_upstream(void *arg, upstream_response *up) {
     stream_upstream_done(ex, up->kind);
     return;
   }
-  if (up->kind == UP_OK && policy_replayable_headers(&up->headers, &ex->stored_headers)) {
+  if (up->kind == UP_OK &&
+      (policy_replayable_headers(&up->headers, &ex->stored_headers) || head_length(ex))) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
   /* what replays carry: the route's replay_headers drop some (the first

@@ -273,6 +273,26 @@ class PassThrough(GatewayTestCase):
             self.assertEqual(r2.json()["target"], "/after-head")
         self.assertEqual(self.up.count("hd"), 1)
 
+    def test_keyed_head_replays_its_content_length(self):
+        # HEAD in --methods: its answer is kept and replayed, and a replay
+        # carries the Content-Length the first answer had (a GET's length),
+        # not the empty body's 0
+        gw = self.start_gateway(self.up, "--methods", "POST,PATCH,HEAD")
+        answers = []
+        for _ in range(2):
+            with RawConn(gw.port) as c:
+                c.send(b"HEAD /khd HTTP/1.1\r\nHost: x\r\nX-Test-Id: khd\r\n"
+                       b"Idempotency-Key: khd\r\n\r\n")
+                answers.append(c.read_response(head=True, timeout=5))
+        first, replay = answers
+        self.assertEqual(first.status, 200, self.gw_log())
+        self.assertTrue(replay.replayed, replay)
+        self.assertNotIn(first.header("Content-Length"), (None, "0"), first)
+        self.assertEqual(replay.header("Content-Length"), first.header("Content-Length"), replay)
+        self.assertEqual(len([v for k, v in replay.headers if k.lower() == "content-length"]), 1,
+                         replay)
+        self.assertEqual(self.up.count("khd"), 1)
+
     def test_http10_client(self):
         gw = self.start_gateway(self.up)
         for key in (None, "h10"):
