@@ -356,7 +356,10 @@ int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why) 
   if (policy_problem(body, 502, "upstream-response-not-stored", "Upstream response not stored",
                      detail))
     return -1;
-  return gw_buf_puts(headers, "Content-Type: application/problem+json\r\n");
+  /* the gateway's own answer: its Date is when it was made, as a replay's
+   * is when the first answer was */
+  return gw_buf_puts(headers, "Content-Type: application/problem+json\r\n") ||
+         gw_buf_puts(headers, gw_date_header());
 }
 
 int policy_problem(gw_buf *out, int status, const char *slug, const char *title,

@@ -190,6 +190,8 @@ class Replay(GatewayTestCase):
             doc = r2.json()
             self.assertIn("upstream-response-not-stored", doc["type"])
             self.assertIn("answered 201", doc["detail"])
+            # the gateway's own answer: one Date, kept with it
+            self.assertEqual(len(r2.headers_all("Date")), 1, r2)
             self.assertEqual(self.up.count(key), 1, key)
         # at the limit: kept and replayed as usual
         h = {"X-Test-Body-Bytes": str(limit), "X-Test-Id": "at-limit"}
