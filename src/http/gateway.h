@@ -109,7 +109,9 @@ typedef struct {
   int started;   /* its head is out */
   int mode;      /* GW_STREAM_* */
   int writes;    /* writes in flight */
-  size_t queued; /* bytes in flight */
+  size_t queued; /* bytes in flight, and waiting in pending */
+  struct stream_write *pending; /* pieces that came while a write was in
+                                   flight, gathered into the next one */
   int ended;
   int failed;
 } gw_stream_state;

@@ -199,6 +199,32 @@ class PassThrough(GatewayTestCase):
         self.assertLess(peak - before, 24 * 1024,
                         "gateway buffered %d KiB for a client that did not read" % (peak - before))
 
+    def test_slow_reader_of_tiny_chunks_bounded_memory(self):
+        # an upstream answering in one-byte chunks: the pieces a client that
+        # does not read leaves behind are gathered, not kept a write each
+        from upstream import body_bytes
+        gw = self.start_gateway(self.up)
+        before = rss_kib(gw.pid)
+        with RawConn(gw.port, timeout=60) as c:
+            c.send(request_bytes("GET", "/tiny", headers={
+                "X-Test-Id": "tiny", "X-Test-Chunk-Bytes": "1",
+                "X-Test-Body-Bytes": str(4 * 1024 * 1024)}))
+            self.up.wait_count("tiny", 1)
+            peak = before
+            for _ in range(20):  # 2s of not reading
+                time.sleep(0.1)
+                peak = max(peak, rss_kib(gw.pid))
+        self.assertLess(peak - before, 24 * 1024,
+                        "gateway held %d KiB for a client that did not read" % (peak - before))
+        # and what is gathered goes out whole, in order
+        size = 200000
+        with RawConn(gw.port, timeout=60) as c:
+            c.send(request_bytes("GET", "/tiny", headers={
+                "X-Test-Id": "tiny2", "X-Test-Chunk-Bytes": "1", "X-Test-Body-Bytes": str(size)}))
+            r = c.read_response(timeout=60)
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertTrue(r.body == body_bytes("tiny2", 1, size), "body differs")
+
     def test_put_and_delete_pass_through_by_default(self):
         gw = self.start_gateway(self.up)
         for m in ("PUT", "DELETE"):

@@ -10,6 +10,8 @@ carried it. Behaviour is chosen per request by headers:
     X-Test-Close: 1           read the request, then close without answering
     X-Test-Hang: 1            read the request, never answer (until stop())
     X-Test-Chunked: 1         send the response body chunked
+    X-Test-Chunk-Bytes: N     chunked, in chunks of N bytes (written 64 KiB
+                              of the encoding at a time)
     X-Test-Close-Delimited: 1 no Content-Length: the body ends when the
                               upstream closes the connection
     X-Test-Body-Bytes: N      answer with N pseudo-random bytes (all byte
@@ -237,6 +239,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_WR)
             return
+        if h.get("X-Test-Chunk-Bytes"):
+            self._send_small_chunks(status, payload, extra, int(h["X-Test-Chunk-Bytes"]))
+            return
         self._send(status, payload, extra, chunked=bool(h.get("X-Test-Chunked")),
                    close_delimited=bool(h.get("X-Test-Close-Delimited")))
         if h.get("X-Test-Close-After"):
@@ -245,6 +250,23 @@ class _Handler(BaseHTTPRequestHandler):
             with owner._lock:
                 owner._closed_after += 1
                 owner._cond.notify_all()
+
+    def _send_small_chunks(self, status, payload, headers, size):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        block = []
+        for i in range(0, len(payload), size):
+            p = payload[i:i + size]
+            block.append(b"%x\r\n%s\r\n" % (len(p), p))
+            if len(block) * (size + 6) >= 65536:
+                self.wfile.write(b"".join(block))
+                block = []
+        block.append(b"0\r\n\r\n")
+        self.wfile.write(b"".join(block))
+        self.wfile.flush()
 
     def _send(self, status, payload, headers, chunked=False, close_delimited=False):
         no_body = status in (204, 304) or 100 <= status < 200
