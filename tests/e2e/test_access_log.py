@@ -92,6 +92,25 @@ class AccessLog(GatewayTestCase):
         self.assertEqual((first["gone"]["status"], first["gone"]["fence"]), (0, 1), got)
         self.assertEqual(first["half"]["status"], 200, got)
 
+    def test_a_streamed_answer_to_a_reset_client_logs_status_0(self):
+        # a request without a key gets its answer streamed: when the client
+        # reset before the head went out, nothing was sent, and the status
+        # says so as for a keyed one
+        import socket
+        import struct
+        from harness import request_bytes
+        gw = self.gateway()
+        c = RawConn(gw.port)
+        c.send(request_bytes("POST", "/pay", b"x", headers={"X-Test-Delay-Ms": "800",
+                                                            "X-Test-Id": "unkeyed"}))
+        self.up.wait_count("unkeyed", 1)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+        got = self.stop_and_read(gw)  # SIGTERM: the answer in flight comes first
+        line = [x for x in got if x["outcome"] == "passthrough"]
+        self.assertEqual(len(line), 1, got)
+        self.assertEqual(line[0]["status"], 0, got)
+
     def test_a_refused_scope_keeps_its_well_formed_key(self):
         # README: key is null "without one (or a malformed one)"; a request
         # refused for its scope header sent twice (400 invalid-scope) had a
