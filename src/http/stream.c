@@ -81,7 +81,8 @@ static stream_write *pending_room(gw_exchange *ex, size_t len) {
   size_t used = sw ? sw->len : 0, cap = sw ? sw->cap : 0;
   if (used + len <= cap)
     return sw;
-  cap = cap ? cap : 4096;
+  if (!cap) /* written at once when nothing is in flight: no room to spare */
+    cap = ex->stream.writes ? 4096 : len;
   while (cap < used + len)
     cap *= 2;
   stream_write *grown = realloc(sw, sizeof *sw + cap);
