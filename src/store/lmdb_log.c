@@ -351,8 +351,14 @@ int lmdb_log_acquire(lmdb_env *e) {
   return 0;
 }
 
+/* LMDB gets everything the log holds first. When it cannot (a full map
+ * or disk), the log stays here: the next owner would replay it into the
+ * same full LMDB, fail, and let it go, and then no process could serve the
+ * records only the log holds, not even to read them. The asker's wait
+ * times out instead (IDEM_ETIMEDOUT), and this process goes on serving. */
 void lmdb_log_yield(lmdb_env *e) {
-  lmdb_ckpt_sync(e); /* best effort: the next owner replays what LMDB lacks */
+  if (lmdb_ckpt_sync(e))
+    return;
   pthread_mutex_lock(&e->ck_lock);
   atomic_store(&e->mode, LMDB_GUEST); /* no checkpoint starts from now on */
   while (e->ck_busy)

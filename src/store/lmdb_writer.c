@@ -424,8 +424,8 @@ static void gc_step(lmdb_env *e, idem_req *gc) {
  * load the writer turns thousands of times a second, and the answer can
  * wait that long. */
 static int handover_due(lmdb_env *e) {
-  if (atomic_load(&e->mode) != LMDB_OWNER)
-    return 0;
+  if (atomic_load(&e->mode) != LMDB_OWNER || atomic_load(&e->ck_err))
+    return 0; /* LMDB cannot take the log in (lmdb_log_yield) */
   int64_t now = mono_ms();
   if (now - e->owned_since < OWN_MIN_MS || now - e->asked_at < OWNER_POLL_MS)
     return 0;

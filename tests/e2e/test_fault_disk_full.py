@@ -15,12 +15,14 @@ upstream must not have run it again.
 The tmpfs case needs root (mount); it is skipped, saying so, otherwise.
 """
 
+import json
+import os
 import re
 import subprocess
 import time
 
 import faults
-from harness import GatewayTestCase, main, wait_for
+from harness import GatewayTestCase, main, run_idem, wait_for
 
 LOCK_TTL = 2.0
 GW_ARGS = ("--workers", "2", "--lock-ttl", "2s", "--upstream-timeout", "2s",
@@ -87,6 +89,72 @@ class DiskFull(GatewayTestCase):
         # room again, under the running gateway
         subprocess.run(["mount", "-o", "remount,size=256m", mnt], check=True, timeout=30)
         self.check(load, up, gw, "tmpfs", full)
+
+    def test_a_tool_on_a_full_disk_leaves_the_gateway_serving(self):
+        # the log has room (zeroed ahead of use), data.mdb has little: the
+        # checkpoints may fail, and then LMDB cannot take the log in. `idem
+        # keys` asks for it meanwhile: the gateway keeps it while LMDB
+        # cannot (the tool times out) and goes on replaying what it
+        # acknowledged. (Before, it handed the log over, the tool's replay
+        # into the full LMDB failed, and no process owned the log: every
+        # replay was a 503 until the disk had room.)
+        mnt = faults.mount_tmpfs(self, "8m")
+        up = self.start_upstream()
+        store = "lmdb:%s/store" % mnt
+        gw = self.start_gateway(up, "--workers", "1", "--lock-ttl", "2s", "--spool", self.tempdir() + "/spool",
+                                store=store, admin=True)
+        gw.request("POST", "/warm", body=b"w", key="warm")
+        time.sleep(0.3)  # the writer zeroes space ahead of data.mdb between batches
+        with open(mnt + "/filler", "wb") as f:  # every free byte
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        hdr = {"X-Test-Body-Bytes": str(30000)}
+        acked, refused = {}, 0
+        for i in range(400):
+            k = "full%03d" % i
+            r = gw.request("POST", "/big", body=b"x", key=k, headers=dict(hdr, **{"X-Test-Id": k}))
+            if r.status == 200:
+                acked[k] = r.body
+            elif r.status in (502, 503):
+                refused += 1
+                if refused > 10:
+                    break
+        self.assertGreater(len(acked), 0, self.gw_log())
+        self.assertGreater(refused, 10, "the store never filled\n" + self.gw_log())
+
+        def replays():
+            bad = []
+            for k, body in acked.items():
+                r = gw.request("POST", "/big", body=b"x", key=k, headers=dict(hdr, **{"X-Test-Id": k}))
+                if not (r.status == 200 and r.replayed and r.body == body) and not (
+                        r.status == 502 and b"not-stored" in r.body):
+                    bad.append((k, r.status, r.body[:120]))
+            return bad
+
+        self.assertEqual(replays(), [], self.gw_log()[-3000:])
+        # whether LMDB could take the log in by now (a checkpoint that
+        # worked) or not (the tool then times out), the gateway serves on
+        rc, out, err = run_idem(["keys", "list", "--store", store], timeout=60)
+        if rc:
+            self.assertIn("timed out", err)
+        else:
+            self.assertLessEqual(set(acked), {json.loads(line)["key"] for line in out.splitlines()})
+        self.assertEqual(replays(), [], "after idem keys asked for the log\n" + self.gw_log()[-3000:])
+        self.assertEqual(gw.admin_request("GET", "/readyz", timeout=5).status, 200)
+        # room again: the tool gets the log, and sees the keys acknowledged
+        os.unlink(mnt + "/filler")
+        rc, out, err = wait_for(lambda: (lambda res: res if res[0] == 0 else None)(
+            run_idem(["keys", "list", "--store", store], timeout=60)), 30, 0.5,
+            "idem keys list once the disk has room")
+        listed = {json.loads(line)["key"] for line in out.splitlines()}
+        self.assertLessEqual(set(acked), listed)
+        self.assertEqual(replays(), [], self.gw_log()[-3000:])
+        for k in acked:
+            self.assertEqual(up.count(k), 1, k)
 
     def test_full_lmdb_map(self):
         d = self.tempdir()
