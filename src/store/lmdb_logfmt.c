@@ -271,7 +271,8 @@ uint64_t lmdb_log_lost_batch(const unsigned char *p, size_t len, size_t from, ui
     if (!m)
       break;
     off = (size_t)(m - p);
-    if (lmdb_log_batch_parse(m, len - off, &b) && b.seq > floor) {
+    if (lmdb_log_batch_parse(m, len - off, &b) && b.seq > floor &&
+        b.seq - floor <= LMDB_LOG_LOST_WINDOW) {
       *at = off;
       return b.seq;
     }

@@ -89,12 +89,19 @@ int lmdb_log_walk(const unsigned char *p, size_t len, lmdb_log_visit visit, void
 
 /* A whole batch past the place from where a walk stopped (LMDB_LOG_HEAD
  * for a log whose header is bad), with a seq above floor (the last seq
- * walked, or LMDB's, whichever is higher): its seq, and its offset in *at;
- * 0 when there is none. A crash tears only the batch being appended, and
- * no batch is appended before the one ahead of it is flushed whole, so
- * such a batch was acknowledged behind one damaged since: the log must not
- * be taken as ending at from. Stale batches from before a reset have seqs
- * LMDB holds, at or below floor. */
+ * walked, or LMDB's, whichever is higher) by at most LMDB_LOG_LOST_WINDOW:
+ * its seq, and its offset in *at; 0 when there is none. A crash tears only
+ * the batch being appended, and no batch is appended before the one ahead
+ * of it is flushed whole, so such a batch was acknowledged behind one
+ * damaged since: the log must not be taken as ending at from. Stale
+ * batches from before a reset have seqs LMDB holds, at or below floor.
+ *
+ * The window: the bytes searched include stale batches' payloads, whose
+ * stored answers can hold anything, a batch's bytes too. One placed there
+ * with a seq far ahead would otherwise stop the store from opening; within
+ * the window it must guess a count the process never shows. Damage that
+ * swallowed more batches than the window goes unseen, as a torn tail. */
+#define LMDB_LOG_LOST_WINDOW 1024u
 uint64_t lmdb_log_lost_batch(const unsigned char *p, size_t len, size_t from, uint64_t floor,
                              size_t *at);
 

@@ -219,6 +219,37 @@ static void batches_past_damage_are_found(void **state) {
   free(img);
 }
 
+/* A stored answer that holds a batch far ahead (a stale batch's payload
+ * after a reset) is not taken for one LMDB lacks: only seqs within the
+ * window past the floor count. */
+static void a_batch_far_ahead_is_not_lost(void **state) {
+  (void)state;
+  lmdb_log_buf inner = {0}, stale = {0};
+  const char *k[] = {"inner"};
+  unsigned char skey[IDEM_SCOPED_KEY_MAX];
+  size_t klen = idem_scoped_key_encode("", "stale", skey), len, at;
+  uint64_t reset[] = {8};
+  unsigned char *img = image_of(reset, 1, &len);
+  uint64_t far[] = {8 + LMDB_LOG_LOST_WINDOW + 1, 8 + LMDB_LOG_LOST_WINDOW};
+  for (int i = 0; i < 2; i++) {
+    build_batch(&inner, far[i], k, 1);
+    lmdb_log_buf_reset(&stale);
+    assert_int_equal(
+        lmdb_log_buf_add(&stale, LMDB_LOG_PUT, skey, klen, inner.p, inner.len, INT64_C(1) << 50),
+        0);
+    lmdb_log_buf_seal(&stale, 5); /* from before the reset */
+    unsigned char *both = malloc(len + stale.len);
+    memcpy(both, img, len);
+    memcpy(both + len, stale.p, stale.len);
+    uint64_t found = lmdb_log_lost_batch(both, len + stale.len, len, 8, &at);
+    assert_true(found == (i == 0 ? 0 : far[1]));
+    free(both);
+  }
+  lmdb_log_buf_free(&inner);
+  lmdb_log_buf_free(&stale);
+  free(img);
+}
+
 /* A torn batch whose payload holds the bytes of a whole batch (a stored
  * answer can be anything) is not taken for damage. */
 static void a_batch_inside_a_torn_one_is_not_lost(void **state) {
@@ -385,6 +416,7 @@ int main(void) {
       cmocka_unit_test(torn_log_opens_cleanly_at_every_byte),
       cmocka_unit_test(batches_past_damage_are_found),
       cmocka_unit_test(a_batch_inside_a_torn_one_is_not_lost),
+      cmocka_unit_test(a_batch_far_ahead_is_not_lost),
       cmocka_unit_test(damaged_log_is_refused),
   };
   return cmocka_run_group_tests(tests, temp_root_setup, temp_root_teardown);
