@@ -158,13 +158,14 @@ static int read_logseq(lmdb_env *e, uint64_t *seq) {
   return rc;
 }
 
-/* Damage to the log that no crash makes, found after a walk of its image
- * (walked: lmdb_log_walk's return, which stopped at end, past seq floor or
- * LMDB's): a header of another format version, or a whole batch LMDB lacks
- * beyond where the walk stopped (lmdb_log_lost_batch). Going on would start
- * the log afresh over batches that were acknowledged, so the store is not
- * opened: IDEM_EVERSION or IDEM_ECORRUPT, *why says which; 0 when the log
- * only ends where a crash may have torn it. */
+/* Damage to the log that no crash makes, found in its image after a walk
+ * (walked: what lmdb_log_walk returned; end: where it stopped; floor: the
+ * higher of the last seq it walked and LMDB's): a header of another format
+ * version, or a whole batch LMDB lacks beyond where the walk stopped
+ * (lmdb_log_lost_batch). Going on would start the log afresh over batches
+ * that were acknowledged, so the store is not opened: IDEM_EVERSION or
+ * IDEM_ECORRUPT, *why says which; 0 when the log only ends where a crash
+ * may have torn it. */
 static int log_damage(const unsigned char *img, size_t len, int walked, size_t end, uint64_t floor,
                       char **why) {
   size_t at;
@@ -176,7 +177,8 @@ static int log_damage(const unsigned char *img, size_t len, int walked, size_t e
     return IDEM_EVERSION;
   }
   if (lmdb_log_lost_batch(img, len, walked < 0 ? LMDB_LOG_HEAD : end, floor, &at)) {
-    *why = walked < 0 ? "the log's header is damaged, and batches LMDB lacks follow it"
+    *why = walked < 0 ? "the log is damaged: batches LMDB lacks follow a bad header (move "
+                        "idem.log aside to open the store without them)"
                       : "the log is damaged: batches LMDB lacks lie past a bad one (move "
                         "idem.log aside to open the store without them)";
     return IDEM_ECORRUPT;
