@@ -161,6 +161,7 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
   m->m.body = cs_dup(msg->body.bytes, msg->body.len);
   m->m.body_len = msg->body.len;
   m->m.message_id = prop_str(p, AMQP_BASIC_MESSAGE_ID_FLAG, p->message_id);
+  m->m.message_id_len = m->m.message_id ? p->message_id.len : 0;
   m->m.content_type = prop_str(p, AMQP_BASIC_CONTENT_TYPE_FLAG, p->content_type);
   m->reply_to = prop_str(p, AMQP_BASIC_REPLY_TO_FLAG, p->reply_to);
   m->correlation_id = prop_str(p, AMQP_BASIC_CORRELATION_ID_FLAG, p->correlation_id);

@@ -36,6 +36,7 @@ typedef struct cs_msg {
   cs_header *headers;   /* every other field or header, as received */
   size_t nheaders;
   const char *message_id;   /* the broker's own message id, or NULL */
+  size_t message_id_len;    /* its length: it may hold a NUL (not a valid key) */
   const char *content_type; /* or NULL */
   unsigned deliveries;      /* 1 the first time the broker hands it out */
 } cs_msg;

@@ -225,8 +225,10 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
       h->name = strdup(keys[i]);
       h->value = strdup(v ? v : "");
       h->value_len = h->value ? strlen(h->value) : 0;
-      if (!strcasecmp(keys[i], "Nats-Msg-Id"))
+      if (!strcasecmp(keys[i], "Nats-Msg-Id")) {
         m->m.message_id = h->value;
+        m->m.message_id_len = h->value_len;
+      }
       else if (!strcasecmp(keys[i], "Content-Type"))
         m->m.content_type = h->value;
     }

@@ -173,9 +173,11 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
     h->value_len = v->len;
     bad = !h->name || !h->value;
     m->m.nheaders++;
-    if (!strcmp(h->name, "message_id"))
+    if (k->len == 10 && !memcmp(k->str, "message_id", 10)) {
       m->m.message_id = h->value;
-    else if (!strcasecmp(h->name, "content-type") || !strcmp(h->name, "content_type"))
+      m->m.message_id_len = h->value_len;
+    } else if ((k->len == 12 && !strncasecmp(k->str, "content-type", 12)) ||
+               (k->len == 12 && !memcmp(k->str, "content_type", 12)))
       m->m.content_type = h->value;
   }
   if (!bad && !m->m.body)

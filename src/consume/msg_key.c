@@ -84,7 +84,7 @@ int cs_msg_key(const cs_key_source *s, const cs_msg *m, char out[IDEM_KEY_MAX + 
       snprintf(why, len, "the message has no message id");
       return -1;
     }
-    return take(m->message_id, strlen(m->message_id), "its message id", out, why, len);
+    return take(m->message_id, m->message_id_len, "its message id", out, why, len);
   case KEY_HEADER:
     for (size_t i = 0; i < m->nheaders; i++)
       if (!strcasecmp(m->headers[i].name, s->arg)) {

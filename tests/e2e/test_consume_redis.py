@@ -334,6 +334,24 @@ class Keys(ConsumeCase):
         self.assertTrue(any("nothing at /id" in r for r in reasons), reasons)
         self.assertEqual(self.h.successes("42"), 1)
 
+    def test_a_message_id_holding_a_nul_is_no_key(self):
+        # "nul\0A" and "nul\0B" are two ids, neither a valid key: read up
+        # to the NUL they were one key, "nul", and the second was acked as
+        # a replay of the first, never run. A field whose name only starts
+        # with message_id is not the message id either
+        self.consumer()
+        self.publish([{"message_id": b"nul\x00A", "body": "same"},
+                      {"message_id": b"nul\x00B", "body": "same"},
+                      {"message_id": "nul", "body": "same"},
+                      {b"message_id\x00x": "solo", "body": "x"}])
+        self.wait_settled()
+        self.assertEqual(len(self.h.attempts("nul")), 1)
+        self.assertEqual(self.h.attempts("solo"), [])
+        reasons = sorted(d["reason"] for d in self.dead_letters())
+        self.assertEqual(len(reasons), 3, reasons)
+        self.assertEqual(sum("not a valid key" in r for r in reasons), 2, reasons)
+        self.assertEqual(sum("no message id" in r for r in reasons), 1, reasons)
+
     def test_bad_flags_exit_2_naming_the_flag(self):
         for args, flag in [
             (["--from", "kafka://x", "--to", "http://a:1/"], "--from"),

@@ -59,7 +59,7 @@ static void check_key(const char *source, const char *body, const char *rest) {
   }
   cs_header h = {.name = "X-Id", .value = (char *)rest, .value_len = strlen(rest)};
   cs_msg m = {.id = (char *)rest, .body = (char *)body, .body_len = strlen(body),
-              .headers = &h, .nheaders = 1, .message_id = rest};
+              .headers = &h, .nheaders = 1, .message_id = rest, .message_id_len = strlen(rest)};
   char key[IDEM_KEY_MAX + 1], why[512] = "";
   if (cs_msg_key(&ks, &m, key, why, sizeof why) == 0) {
     if (!idem_key_valid(key, strlen(key)))
