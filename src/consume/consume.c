@@ -3,7 +3,7 @@
  * stop are consume_run.c's).
  *
  *   message ─key─► claim ─CLAIMED─► handler ─kept status─► complete ─► ack
- *                    │                 └─408/409/425/429/5xx, unreachable,
+ *                    │                 └─408/409/425/429/431/5xx, unreachable,
  *                    │                   timeout─► release ─► later(backoff)
  *                    │                   (the last allowed delivery: fail,
  *                    │                    then dead letter)
@@ -527,11 +527,19 @@ static void handler_failed(cs_job *j, int status, const char *what) {
   fail_dead(j, status, reason);
 }
 
+/* Whether the handler's answer is kept as the message's. Not a 431: the
+ * headers it refused are the ones this consumer made of the message's
+ * fields (handler.c), so its application never saw the message; it is
+ * retried, then dead-lettered, rather than kept for good. */
+static int answer_kept(const cs_job *j, const upstream_response *r) {
+  return r->kind == UP_OK && r->status != 431 && (policy_status_stored(r->status) || j->too_large);
+}
+
 static void on_answer(void *arg, upstream_response *r) {
   cs_job *j = arg;
   cs_metrics_observe(CS_HIST_HANDLER, since_us(j->op_ns));
   char what[64];
-  if (r->kind == UP_OK && (policy_status_stored(r->status) || j->too_large)) {
+  if (answer_kept(j, r)) {
     if (j->bypass) {
       cs_answer a = {.status = r->status, .body = r->body.p ? r->body.p : "",
                      .body_len = r->body.len};

@@ -377,6 +377,21 @@ class Keys(ConsumeCase):
 
 
 class HandlerRequest(ConsumeCase):
+    def test_a_handler_refusing_the_headers_is_retried_then_dead_lettered(self):
+        # 120 fields make 120 X-Idem-Header-* headers, past what Python's
+        # http.server takes (100): it answers 431 before its application
+        # sees the message. That is not the handler's answer to keep: the
+        # message is retried, then dead-lettered with the key failed
+        self.consumer("--max-deliveries", "2", "--retry-delay", "10ms")
+        entry = {"message_id": "wide", "body": "x"}
+        entry.update({"f%03d" % i: "v" for i in range(120)})
+        self.publish([entry])
+        self.wait_settled()
+        dead = self.dead_letters()
+        self.assertEqual(len(dead), 1, dead)
+        self.assertIn("431", dead[0]["reason"])
+        self.assertEqual(self.record("wide")["state"], "failed")
+
     def test_an_empty_type_or_a_value_no_server_takes_is_not_sent(self):
         # "Content-Type: " is no type: application/octet-stream; a value with
         # a control character makes a strict server (Go, Node) answer 400,
