@@ -289,6 +289,20 @@ static int has_key(idem_sync *s, const char *key) {
   return ok;
 }
 
+/* A new store directory root/name holding img[0..len) as its idem.log:
+ * its path (dir), the log's (path) and the store's URI (uri). */
+static void store_with_log(const char *name, const unsigned char *img, size_t len, char dir[512],
+                           char path[600], char uri[700]) {
+  snprintf(dir, 512, "%s/%s", root, name);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  snprintf(path, 600, "%s/idem.log", dir);
+  int fd = open(path, O_CREAT | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, img, len), (ssize_t)len);
+  close(fd);
+  snprintf(uri, 700, "lmdb:%s", dir);
+}
+
 static void torn_log_opens_cleanly_at_every_byte(void **state) {
   (void)state;
   /* batches 1..3 whole; batch 4 (two records and a deletion of batch 1's
@@ -312,15 +326,9 @@ static void torn_log_opens_cleanly_at_every_byte(void **state) {
   }
   lmdb_log_buf_free(&b);
   for (size_t cut = last_start; cut <= len; cut++) {
-    char dir[512], path[600], uri[700];
-    snprintf(dir, sizeof dir, "%s/cut-%zu", root, cut);
-    assert_int_equal(mkdir(dir, 0700), 0);
-    snprintf(path, sizeof path, "%s/idem.log", dir);
-    int fd = open(path, O_CREAT | O_WRONLY, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, img, cut), (ssize_t)cut);
-    close(fd);
-    snprintf(uri, sizeof uri, "lmdb:%s", dir);
+    char name[64], dir[512], path[600], uri[700];
+    snprintf(name, sizeof name, "cut-%zu", cut);
+    store_with_log(name, img, cut, dir, path, uri);
     idem_sync *s;
     char *msg = NULL;
     int err = idem_sync_open(uri, &s, &msg);
@@ -354,15 +362,9 @@ static void torn_log_opens_cleanly_at_every_byte(void **state) {
  * log must be left as it was. */
 static int open_with_log(const char *name, const unsigned char *img, size_t len, char **msg) {
   char dir[512], path[600], uri[700];
-  snprintf(dir, sizeof dir, "%s/%s", root, name);
-  assert_int_equal(mkdir(dir, 0700), 0);
-  snprintf(path, sizeof path, "%s/idem.log", dir);
-  int fd = open(path, O_CREAT | O_WRONLY, 0600);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, img, len), (ssize_t)len);
-  close(fd);
-  snprintf(uri, sizeof uri, "lmdb:%s", dir);
+  store_with_log(name, img, len, dir, path, uri);
   idem_sync *s = NULL;
+  int fd;
   int err = idem_sync_open(uri, &s, msg);
   if (!err)
     idem_sync_close(s);
