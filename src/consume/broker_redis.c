@@ -176,8 +176,8 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
     if (k->len == 10 && !memcmp(k->str, "message_id", 10)) {
       m->m.message_id = h->value;
       m->m.message_id_len = h->value_len;
-    } else if ((k->len == 12 && !strncasecmp(k->str, "content-type", 12)) ||
-               (k->len == 12 && !memcmp(k->str, "content_type", 12)))
+    } else if (k->len == 12 && (!strncasecmp(k->str, "content-type", 12) ||
+                                !memcmp(k->str, "content_type", 12)))
       m->m.content_type = h->value;
   }
   if (!bad && !m->m.body)

@@ -171,8 +171,8 @@ static int log_damage(const unsigned char *img, size_t len, int walked, size_t e
   size_t at;
   if (!img)
     return 0;
-  if (walked < 0 && lmdb_log_header_version(img, len) >= 0 &&
-      lmdb_log_header_version(img, len) != LMDB_LOG_VERSION) {
+  long version = lmdb_log_header_version(img, len);
+  if (walked < 0 && version >= 0 && version != LMDB_LOG_VERSION) {
     *why = "the log has another format version (written by another idem?)";
     return IDEM_EVERSION;
   }

@@ -94,6 +94,7 @@ static uint64_t get_le(const unsigned char *p, int n) {
 /* ---- the file header ----------------------------------------------------- */
 
 #define HEADER_MAGIC "idem-log"
+#define BATCH_MAGIC "IDLB"
 
 void lmdb_log_header(unsigned char out[LMDB_LOG_HEAD]) {
   memset(out, 0, LMDB_LOG_HEAD);
@@ -102,8 +103,7 @@ void lmdb_log_header(unsigned char out[LMDB_LOG_HEAD]) {
 }
 
 int lmdb_log_header_ok(const unsigned char *p, size_t len) {
-  return len >= LMDB_LOG_HEAD && !memcmp(p, HEADER_MAGIC, 8) &&
-         get_le(p + 8, 4) == LMDB_LOG_VERSION;
+  return len >= LMDB_LOG_HEAD && lmdb_log_header_version(p, len) == LMDB_LOG_VERSION;
 }
 
 long lmdb_log_header_version(const unsigned char *p, size_t len) {
@@ -158,7 +158,7 @@ int lmdb_log_buf_add(lmdb_log_buf *b, int kind, const unsigned char *skey, size_
 
 void lmdb_log_buf_seal(lmdb_log_buf *b, uint64_t seq) {
   unsigned char *h = b->p;
-  memcpy(h, "IDLB", 4);
+  memcpy(h, BATCH_MAGIC, 4);
   put_le(h + 4, b->len - LMDB_LOG_BATCH_HDR, 4);
   put_le(h + 8, seq, 8);
   put_le(h + 16, b->count, 4);
@@ -196,7 +196,7 @@ static size_t entry_parse(const unsigned char *payload, size_t len, size_t off,
 }
 
 size_t lmdb_log_batch_parse(const unsigned char *p, size_t len, lmdb_log_batch *out) {
-  if (len < LMDB_LOG_BATCH_HDR || memcmp(p, "IDLB", 4))
+  if (len < LMDB_LOG_BATCH_HDR || memcmp(p, BATCH_MAGIC, 4))
     return 0;
   uint64_t plen = get_le(p + 4, 4);
   if (plen > LMDB_LOG_BATCH_MAX || plen > len - LMDB_LOG_BATCH_HDR)
@@ -260,14 +260,14 @@ uint64_t lmdb_log_lost_batch(const unsigned char *p, size_t len, size_t from, ui
   /* A torn batch whose own header came through: what it carries is not
    * looked at, so a stored answer that holds the bytes of a batch cannot
    * pass for one */
-  if (len - from >= LMDB_LOG_BATCH_HDR && !memcmp(p + from, "IDLB", 4) &&
+  if (len - from >= LMDB_LOG_BATCH_HDR && !memcmp(p + from, BATCH_MAGIC, 4) &&
       get_le(p + from + 8, 8) == floor + 1 && !lmdb_log_batch_parse(p + from, len - from, &b)) {
     uint64_t plen = get_le(p + from + 4, 4);
     if (plen <= len - from - LMDB_LOG_BATCH_HDR)
       from += LMDB_LOG_BATCH_HDR + (size_t)plen;
   }
   for (size_t off = from; off < len && len - off >= LMDB_LOG_BATCH_HDR; off++) {
-    const unsigned char *m = memchr(p + off, 'I', len - off - LMDB_LOG_BATCH_HDR + 1);
+    const unsigned char *m = memchr(p + off, BATCH_MAGIC[0], len - off - LMDB_LOG_BATCH_HDR + 1);
     if (!m)
       break;
     off = (size_t)(m - p);
