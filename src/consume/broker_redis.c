@@ -173,11 +173,15 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
     h->value_len = v->len;
     bad = !h->name || !h->value;
     m->m.nheaders++;
+    /* a field given twice counts as its first, as body does and as
+     * --key header:NAME finds it */
     if (k->len == 10 && !memcmp(k->str, "message_id", 10)) {
-      m->m.message_id = h->value;
-      m->m.message_id_len = h->value_len;
-    } else if (k->len == 12 && (!strncasecmp(k->str, "content-type", 12) ||
-                                !memcmp(k->str, "content_type", 12)))
+      if (!m->m.message_id) {
+        m->m.message_id = h->value;
+        m->m.message_id_len = h->value_len;
+      }
+    } else if (k->len == 12 && !m->m.content_type &&
+               (!strncasecmp(k->str, "content-type", 12) || !memcmp(k->str, "content_type", 12)))
       m->m.content_type = h->value;
   }
   if (!bad && !m->m.body)

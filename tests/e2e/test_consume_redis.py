@@ -352,6 +352,21 @@ class Keys(ConsumeCase):
         self.assertEqual(sum("not a valid key" in r for r in reasons), 2, reasons)
         self.assertEqual(sum("no message id" in r for r in reasons), 1, reasons)
 
+    def test_a_field_given_twice_counts_as_its_first(self):
+        # as body does and as --key header:NAME finds it: the last
+        # message_id was the key while the first was the header
+        self.consumer()
+        for r in self.r.pipeline([["XADD", STREAM, "*", "message_id", "first", "body", "x",
+                                   "message_id", "second", "body", "y"]]):
+            if isinstance(r, Exception):
+                raise r
+        self.wait_settled()
+        self.assertEqual(self.dead_letters(), [])
+        got = self.h.attempts("first")
+        self.assertEqual(len(got), 1)
+        self.assertEqual(self.h.attempts("second"), [])
+        self.assertEqual(got[0]["body"], b"x")
+
     def test_bad_flags_exit_2_naming_the_flag(self):
         for args, flag in [
             (["--from", "kafka://x", "--to", "http://a:1/"], "--from"),
