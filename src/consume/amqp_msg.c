@@ -132,12 +132,16 @@ static const char *header(const amsg *m, const char *name) {
 /* The deliveries idem counted before this one: its x-idem-deliveries, on
  * a retry's copy. A dead letter sent back to the queue (a redrive) starts
  * over: it carries x-idem-reason, and the count that dead-lettered it. A
- * value that is not a plain count is none. */
+ * value that is not a plain count is none; a count of seven digits or more
+ * (no count of idem's) is COUNTED_MAX, the ceiling of --max-deliveries, so
+ * this delivery is past any: a producer cannot buy its message more runs. */
+#define COUNTED_MAX 1000000u
 static unsigned counted_before(const amsg *m) {
   const char *v = header(m, "x-idem-deliveries");
-  if (!v || header(m, "x-idem-reason") || !*v || strspn(v, "0123456789") != strlen(v) ||
-      strlen(v) > 6)
+  if (!v || header(m, "x-idem-reason") || !*v || strspn(v, "0123456789") != strlen(v))
     return 0;
+  if (strlen(v) > 6)
+    return COUNTED_MAX;
   return (unsigned)strtoul(v, NULL, 10);
 }
 

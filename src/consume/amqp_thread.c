@@ -379,9 +379,11 @@ uint64_t amqp_wall_ms(void) {
   return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* The longest a copy with x-idem-due is held before it is due (a value
- * further ahead is no due time of idem's). */
-#define HOLD_MAX_MS (7ULL * 24 * 3600 * 1000)
+/* A copy with x-idem-due is held until then only if that is at most the
+ * longest idem puts a message off, plus this much for consumers' clocks
+ * that disagree: a value further ahead is no due time of idem's (a
+ * producer's, say), and would hold the message and a prefetch slot. */
+#define HOLD_SKEW_MS 60000ULL
 
 /* How long a stop waits for the confirms of the copies it made. */
 #define STOP_WAIT_MS 5000
@@ -478,7 +480,8 @@ static int on_deliver(abroker *b, const amqp_frame_t *f) {
   /* a copy a stop published before it was due is held here, unacked,
    * until then, as the later that made it would have been */
   uint64_t wall = amqp_wall_ms();
-  int hold = m->due_wall > wall && m->due_wall - wall <= HOLD_MAX_MS;
+  uint64_t hold_max = (uint64_t)b->base.o.max_delay_ms + HOLD_SKEW_MS;
+  int hold = m->due_wall > wall && m->due_wall - wall <= hold_max;
   /* handed over only while the loop still takes deliveries: looked at
    * under the same lock, so none arrives once it has begun to close */
   uv_mutex_lock(&b->mu);

@@ -61,6 +61,8 @@ typedef struct {
   unsigned window;     /* --concurrency: the most messages the flow holds */
   int64_t lock_ttl_ms; /* how long a message may stay with a consumer that
                           said nothing before others take it over */
+  int64_t max_delay_ms; /* the longest idem puts a message off: the larger of
+                           --max-retry-delay and --lock-ttl */
   void (*on_message)(void *arg, cs_msg *m);
   void (*on_state)(void *arg, int up); /* connected (1) or lost (0) */
   void *arg;

@@ -135,6 +135,9 @@ static int open_parts(cs_flow *f, const upstream_addrs *to) {
   }
   cs_broker_opts bo = {.loop = &f->loop, .window = (unsigned)(cfg->concurrency + cfg->prefetch),
                        .lock_ttl_ms = cfg->lock_ttl_ms,
+                       .max_delay_ms = cfg->max_retry_delay_ms > cfg->lock_ttl_ms
+                                           ? cfg->max_retry_delay_ms
+                                           : cfg->lock_ttl_ms,
                        .on_message = cs_flow_on_message, .on_state = on_broker_state, .arg = f};
   char *why = NULL;
   if (cs_broker_open(cfg->from, &bo, &f->broker, &why)) {

@@ -197,15 +197,42 @@ class Outcomes(AmqpCase, OutcomeTests):
     def test_a_redriven_dead_letter_counts_its_deliveries_anew(self):
         # sent back from NAME.dead as it is: its x-idem-deliveries is the
         # count that dead-lettered it, not one to go on from; and a count
-        # that is not a plain number of at most 6 digits counts nothing
+        # that is not a plain number counts nothing
         self.consumer("--max-deliveries", "2")
         self.publish([{"message_id": "redriven", "body": "x", "x-idem-reason": "earlier",
                        "x-idem-deliveries": "3"},
-                      {"message_id": "odd", "body": "y", "x-idem-deliveries": "1000000"}])
+                      {"message_id": "odd", "body": "y", "x-idem-deliveries": "1e3"}])
         self.wait_settled()
         self.assertEqual(self.dead_letters(), [])
         self.assertEqual(self.h.attempts("redriven")[0]["headers"]["X-Idem-Deliveries"], "1")
         self.assertEqual(self.h.successes("odd"), 1)
+
+    def test_a_forged_count_does_not_wrap_back_to_zero(self):
+        # a producer's x-idem-deliveries of 999999: this delivery counts as
+        # its fence (1), and the retry's copy carries 1000000, seven digits.
+        # Read back as 0, the count would start over and the handler would
+        # run once more than --max-deliveries
+        self.h.fail_always = {"forged"}
+        self.consumer("--max-deliveries", "3", "--retry-delay", "100ms",
+                      "--max-retry-delay", "100ms")
+        self.publish([{"message_id": "forged", "body": "x", "x-idem-deliveries": "999999"}])
+        wait_for(lambda: len(self.dead_letters()) == 1, 30, what="the dead letter")
+        self.wait_settled()
+        self.assertEqual(len(self.h.attempts("forged")), 3)
+
+    def test_a_due_time_further_ahead_than_idem_puts_off_is_not_held(self):
+        # x-idem-due an hour ahead is no due time of idem's (at most the
+        # larger of --max-retry-delay and --lock-ttl, plus a minute for
+        # clocks): taken at once, not held unacked for an hour
+        due = lambda s: str(int((time.time() + s) * 1000))  # noqa: E731
+        self.consumer("--max-retry-delay", "2s", "--lock-ttl", "2s")
+        self.publish([{"message_id": "far", "body": "x", "x-idem-due": due(3600)},
+                      {"message_id": "near", "body": "y", "x-idem-due": due(4)}])
+        wait_for(lambda: self.h.successes("far") == 1, 10, what="the far-ahead copy run")
+        self.assertEqual(self.h.attempts("near"), [], "a due time within reach was not held")
+        self.wait_settled(30)
+        self.assertEqual(self.h.successes("near"), 1)
+        self.assertEqual(self.dead_letters(), [])
 
     def test_answer_goes_to_reply_to_also_on_replay(self):
         c = AmqpClient(self.server.port)
