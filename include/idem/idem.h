@@ -131,7 +131,9 @@ typedef enum {
 IDEM_API const char *idem_state_name(idem_state state);
 
 /* A stored response. headers is an opaque block chosen by the caller (the
- * gateway stores "Name: value\r\n" lines); body is raw bytes. */
+ * gateway stores "Name: value\r\n" lines); body is raw bytes. Each of the
+ * two holds at most IDEM_RESPONSE_PART_MAX bytes (more: IDEM_EINVAL). */
+#define IDEM_RESPONSE_PART_MAX ((size_t)1 << 30)
 typedef struct {
   int status; /* 0 when none */
   const char *headers;

@@ -241,6 +241,7 @@ static int parse_access_log(void *cfg, const setting *s, const char *v, char *er
 #define FIELD(f) offsetof(gw_config, f)
 #define DUR_MAX GW_DUR_MAX
 #define SIZE_MAX_BYTES (4LL << 30)
+#define RESPONSE_MAX_BYTES ((long long)IDEM_RESPONSE_PART_MAX) /* what a store keeps */
 
 /* Row makers: a row says its name, default and help once. */
 #define CUSTOM(name, form, def, parse, help) {name, form, SETTING_CUSTOM, 0, def, 0, 0, parse, help}
@@ -274,7 +275,7 @@ static const setting serve_settings[] = {
     CUSTOM("on-store-error", "MODE", "closed", parse_store_error_mode,
            "closed (503) or open (pass through)"),
     SIZE("max-body", max_body, "1MiB", 1, SIZE_MAX_BYTES, "largest request body"),
-    SIZE("max-response", max_response, "8MiB", 1, SIZE_MAX_BYTES,
+    SIZE("max-response", max_response, "8MiB", 1, RESPONSE_MAX_BYTES,
          "largest answer body kept for replay; a bigger\nkeyed answer streams to its first "
          "client and\nretries get a stored 502"),
     SIZE("max-header", max_header, "32KiB", 1024, 1024 * 1024, "largest request head"),

@@ -223,8 +223,6 @@ const char *idem_store_scheme(const idem_store *store) { return store->backend->
 
 /* ---- validation and copying ------------------------------------------- */
 
-#define RESPONSE_PART_MAX (1u << 30)
-
 static int valid_scope(const char *scope) {
   return !scope || strlen(scope) <= IDEM_SCOPE_MAX;
 }
@@ -232,7 +230,7 @@ static int valid_scope(const char *scope) {
 static int valid_response(const idem_response *r) {
   if (r->status != 0 && (r->status < 100 || r->status > 999))
     return 0;
-  if (r->headers_len > RESPONSE_PART_MAX || r->body_len > RESPONSE_PART_MAX)
+  if (r->headers_len > IDEM_RESPONSE_PART_MAX || r->body_len > IDEM_RESPONSE_PART_MAX)
     return 0;
   return (r->headers || !r->headers_len) && (r->body || !r->body_len);
 }

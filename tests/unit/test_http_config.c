@@ -155,6 +155,8 @@ static void test_bad_values(void **state) {
   expect_refused("--client-timeout", "99999999999999999999ms", "is out of range");
   expect_refused("--max-header", "0KiB", "'0KiB' is out of range; use a size from 1KiB to 1MiB");
   expect_refused("--max-response", "99999999999999999999", "is out of range");
+  /* no store keeps an answer body over 1 GiB: one bigger must stream */
+  expect_refused("--max-response", "2GiB", "'2GiB' is out of range; use a size from 1B to 1GiB");
   expect_refused("--listen", "8081", "IP:PORT");
   expect_refused("--listen", "127.0.0.1:70000", "IP:PORT");
   expect_refused("--admin-listen", "nohost:1", "IP:PORT");
