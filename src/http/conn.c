@@ -558,7 +558,7 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
   unsigned n = 1;
   ex->out_bufs[0] = uv_buf_init(h->p, (unsigned)h->len);
   if (!is_head && body_len && status >= 200 && status != 204 && status != 304)
-    ex->out_bufs[n++] = uv_buf_init((char *)body, (unsigned)body_len);
+    n += gw_bufs_put(ex->out_bufs + n, body, body_len);
   ex->wreq.data = ex;
   ex->close_after = close;
   /* Most answers fit the socket buffer: write them now, without a queued
@@ -575,7 +575,7 @@ void gw_conn_respond(gw_exchange *ex, int status, const char *headers,
     response_done(c, ex, wrote);
     return;
   }
-  uv_buf_t rest[2];
+  uv_buf_t rest[3];
   unsigned k = 0;
   size_t skip = wrote > 0 ? (size_t)wrote : 0;
   for (unsigned i = 0; i < n; i++) {

@@ -470,7 +470,7 @@ static void forward(gw_exchange *ex) {
   unsigned n = 1;
   ex->up_bufs[0] = uv_buf_init(b->p, (unsigned)b->len);
   if (r->body.len)
-    ex->up_bufs[n++] = uv_buf_init(r->body.p, (unsigned)r->body.len);
+    n += gw_bufs_put(ex->up_bufs + n, r->body.p, r->body.len);
   ex->op_started_ns = ex->up_sent_ns = uv_hrtime();
   /* answers that will not be stored stream through, with no size limit;
    * keyed ones are kept whole, and stream only past --max-response */

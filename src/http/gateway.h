@@ -16,6 +16,7 @@
 #ifndef IDEM_HTTP_GATEWAY_H
 #define IDEM_HTTP_GATEWAY_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -138,7 +139,7 @@ struct gw_exchange {
   gw_keep_state keep;
   /* the upstream request and answer */
   gw_buf up_head;
-  uv_buf_t up_bufs[2];
+  uv_buf_t up_bufs[3]; /* the head, the body (two pieces when 4 GiB) */
   upstream_response up;
   gw_buf stored_headers; /* replayable headers of up, "Name: value\r\n" */
   gw_buf kept_headers;   /* those the route replays (replay_headers: drop) */
@@ -148,7 +149,7 @@ struct gw_exchange {
   gw_buf out_hdrs; /* headers of the gateway's own answers */
   gw_buf out_head;
   gw_buf out_body;
-  uv_buf_t out_bufs[2];
+  uv_buf_t out_bufs[3]; /* the head, the body (two pieces when 4 GiB) */
   uv_write_t wreq;
   int close_after;
   gw_stream_state stream;
@@ -161,6 +162,20 @@ struct gw_exchange {
 };
 
 /* Count ex's outcome (metrics.h) and keep it for the access log. */
+/* len bytes at p as uv_buf_t pieces at bufs: one, or two for a length a
+ * uv_buf_t's unsigned len cannot hold (--max-body and --max-response go
+ * up to 4 GiB, one more than UINT_MAX). The pieces made. */
+static inline unsigned gw_bufs_put(uv_buf_t *bufs, const char *p, size_t len) {
+  const size_t half = (size_t)1 << 31;
+  if (len <= UINT_MAX) {
+    bufs[0] = uv_buf_init((char *)p, (unsigned)len);
+    return 1;
+  }
+  bufs[0] = uv_buf_init((char *)p, (unsigned)half);
+  bufs[1] = uv_buf_init((char *)p + half, (unsigned)(len - half));
+  return 2;
+}
+
 static inline void gw_exchange_outcome(gw_exchange *ex, gw_outcome o) {
   ex->outcome = (int)o + 1;
   gw_metrics_outcome(o);

@@ -2,7 +2,9 @@
  * (upstream.c): a connection refused at one address goes on to the next
  * within the same request, the pool then stays with the address that
  * answered, and a request fails as unreachable only once every address
- * refused. The upstreams are libuv listeners on the test's own loop. */
+ * refused. The upstreams are libuv listeners on the test's own loop. And
+ * a body of 4 GiB, one more than a uv_buf_t's len holds, goes to libuv as
+ * two pieces (gateway.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 
 #include <uv.h>
 
+#include "http/gateway.h"
 #include "http/upstream.h"
 #include "unit.h"
 
@@ -232,7 +235,22 @@ static void test_resolve_keeps_every_address(void **state) {
   assert_int_equal(addrs.n, 0);
 }
 
-UNIT_TESTS(cmocka_unit_test(test_a_refused_address_goes_on_to_the_next),
+static void test_a_4gib_body_goes_as_two_pieces(void **state) {
+  (void)state;
+  char *base = (char *)(uintptr_t)0x10000; /* an address only: nothing is read */
+  uv_buf_t b[2];
+  assert_int_equal(gw_bufs_put(b, base, 5), 1);
+  assert_int_equal(b[0].len, 5);
+  assert_int_equal(gw_bufs_put(b, base, UINT_MAX), 1);
+  assert_int_equal(b[0].len, UINT_MAX);
+  size_t four = (size_t)4 << 30; /* --max-body's most; cast to unsigned it was 0 */
+  assert_int_equal(gw_bufs_put(b, base, four), 2);
+  assert_ptr_equal(b[1].base, base + b[0].len);
+  assert_true((size_t)b[0].len + b[1].len == four);
+}
+
+UNIT_TESTS(cmocka_unit_test(test_a_4gib_body_goes_as_two_pieces),
+           cmocka_unit_test(test_a_refused_address_goes_on_to_the_next),
            cmocka_unit_test(test_the_pool_stays_with_the_address_that_answered),
            cmocka_unit_test(test_every_address_refused_is_unreachable),
            cmocka_unit_test(test_resolve_keeps_every_address))
