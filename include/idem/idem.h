@@ -63,7 +63,8 @@ extern "C" {
   X(ESCHEMA, -13, "store schema missing or outdated: run idem migrate")       \
   X(ENOTSTORE, -14, "not an idem store")                                      \
   X(EJSON, -15, "body is not valid JSON")                                     \
-  X(ESCOPE, -16, "scope longer than 255 bytes")
+  X(ESCOPE, -16, "scope longer than 255 bytes")                               \
+  X(ETOOBIG, -17, "answer larger than this store keeps")
 
 enum {
   IDEM_OK = 0,
@@ -132,7 +133,9 @@ IDEM_API const char *idem_state_name(idem_state state);
 
 /* A stored response. headers is an opaque block chosen by the caller (the
  * gateway stores "Name: value\r\n" lines); body is raw bytes. Each of the
- * two holds at most IDEM_RESPONSE_PART_MAX bytes (more: IDEM_EINVAL). */
+ * two holds at most IDEM_RESPONSE_PART_MAX bytes (more: IDEM_EINVAL); a
+ * store may keep less, both together (more: IDEM_ETOOBIG): redis:// 512 MiB,
+ * postgres:// 1023 MiB. */
 #define IDEM_RESPONSE_PART_MAX ((size_t)1 << 30)
 typedef struct {
   int status; /* 0 when none */

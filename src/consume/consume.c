@@ -466,12 +466,12 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
     settle_ack(j, &a, CS_OUT_EXECUTED);
     return;
   }
-  if (res->err == IDEM_EFULL && !j->keep_marker) {
+  const char *why = policy_not_kept_why(res->err);
+  if (why && !j->keep_marker) {
     j->marker_hdrs.len = j->marker_body.len = 0;
-    if (!policy_not_kept(&j->marker_hdrs, &j->marker_body, j->keep_status,
-                         "did not fit in the store, which is full")) {
-      fprintf(stderr, "idem consume: the answer for key '%s' did not fit in the store; a 502 "
-                      "marker is kept in its place\n", j->key);
+    if (!policy_not_kept(&j->marker_hdrs, &j->marker_body, j->keep_status, why)) {
+      fprintf(stderr, "idem consume: the answer for key '%s' %s; a 502 marker is kept in its "
+                      "place\n", j->key, why);
       j->keep_status = 502;
       j->keep_h = &j->marker_hdrs;
       j->keep_b = &j->marker_body;

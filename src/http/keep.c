@@ -84,15 +84,15 @@ static void spool_answer(gw_exchange *ex) {
     on_spooled(ex, rc);
 }
 
-/* The answer did not fit in the store: keep the marker instead. */
-static int keep_marker(gw_exchange *ex) {
+/* The answer did not fit in the store (why): keep the marker instead. */
+static int keep_marker(gw_exchange *ex, const char *why) {
   gw_buf *h = &ex->out_hdrs, *b = &ex->out_body;
   h->len = b->len = 0;
-  if (policy_not_kept(h, b, ex->keep.status, "did not fit in the store, which is full"))
+  if (policy_not_kept(h, b, ex->keep.status, why))
     return -1;
-  fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64 ", status %d) did "
-                  "not fit in the store; a 502 marker is kept in its place\n",
-          ex->idem.key, ex->idem.fence, ex->keep.status);
+  fprintf(stderr, "idem serve: the answer of key '%s' (fence %" PRIu64 ", status %d) %s; a "
+                  "502 marker is kept in its place\n",
+          ex->idem.key, ex->idem.fence, ex->keep.status, why);
   ex->keep.status = 502;
   ex->keep.headers = h;
   ex->keep.body = b;
@@ -153,7 +153,8 @@ static void on_kept(idem_store *st, const idem_result *res, void *arg) {
       reclaim(ex);
     return;
   }
-  if (res->err == IDEM_EFULL && !ex->keep.is_marker && !keep_marker(ex))
+  const char *why = policy_not_kept_why(res->err);
+  if (why && !ex->keep.is_marker && !keep_marker(ex, why))
     return;
   spool_answer(ex);
 }

@@ -362,6 +362,14 @@ int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why) 
          gw_buf_puts(headers, gw_date_header());
 }
 
+const char *policy_not_kept_why(int err) {
+  switch (err) {
+  case IDEM_EFULL: return "did not fit in the store, which is full";
+  case IDEM_ETOOBIG: return "was larger than the store keeps";
+  default: return NULL;
+  }
+}
+
 int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
                    const char *detail) {
   if (gw_buf_printf(out, "{\"type\":\"urn:idem:problem:%s\",\"title\":", slug) ||

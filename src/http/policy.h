@@ -97,6 +97,11 @@ int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
  * to headers and body; returns 0 or -1. */
 int policy_not_kept(gw_buf *headers, gw_buf *body, int status, const char *why);
 
+/* Why an answer the store refused with err is kept as that 502 marker
+ * instead ("did not fit in the store, which is full"), or NULL when err
+ * is no reason to (the store failed: spool the answer, or try again). */
+const char *policy_not_kept_why(int err);
+
 /* Append s as a JSON string (quotes included) to out. */
 int policy_json_string(gw_buf *out, const char *s, size_t len);
 /* The same, with every byte from 0x80 written \u00XX: valid JSON whatever

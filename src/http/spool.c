@@ -509,9 +509,10 @@ static void on_drained(idem_store *st, const idem_result *res, void *arg) {
     item_remove(it);
     return;
   case IDEM_EFULL:
+  case IDEM_ETOOBIG:
     if (it->e.kind == IDEM_OP_COMPLETE && !it->marker_body.len &&
         !policy_not_kept(&it->marker_headers, &it->marker_body, it->e.rec.response.status,
-                         "did not fit in the store, which is full")) {
+                         policy_not_kept_why(res->err))) {
       it->e.rec.response.status = 502;
       it->e.rec.response.headers = it->marker_headers.p;
       it->e.rec.response.headers_len = it->marker_headers.len;

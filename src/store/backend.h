@@ -70,6 +70,11 @@ typedef struct {
   int (*open)(idem_store *store, const char *uri, char **errmsg);
   void (*submit)(idem_store *store, idem_req *req);
   void (*close)(idem_store *store);
+  /* The most bytes of an answer (headers and body together) it keeps; 0:
+   * as much as IDEM_RESPONSE_PART_MAX allows. A bigger one is refused at
+   * submit with IDEM_ETOOBIG, before any byte goes to a server that would
+   * refuse it (Redis drops the connection: tried again, it would flap). */
+  size_t answer_max;
 } idem_backend;
 
 /* Whether a store URI is well formed (its scheme is built in, its options

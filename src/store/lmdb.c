@@ -585,4 +585,4 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   return 0;
 }
 
-const idem_backend idem_backend_lmdb = {"lmdb", lmdb_check, lmdb_open, lmdb_submit, lmdb_close};
+const idem_backend idem_backend_lmdb = {"lmdb", lmdb_check, lmdb_open, lmdb_submit, lmdb_close, 0};

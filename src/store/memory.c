@@ -375,4 +375,4 @@ static void memory_close(idem_store *store) {
 }
 
 const idem_backend idem_backend_memory = {"memory", memory_check, memory_open, memory_submit,
-                                          memory_close};
+                                          memory_close, 0};

@@ -387,5 +387,10 @@ static int pgs_check(const char *uri, char **errmsg) {
   return err;
 }
 
+/* PostgreSQL takes no message over 1 GiB (its MaxAllocSize), and a
+ * complete's Bind carries the answer with the key, scope and the rest:
+ * a MiB is left for them. */
+#define PG_ANSWER_MAX (((size_t)1 << 30) - ((size_t)1 << 20))
+
 const idem_backend idem_backend_postgres = {"postgres", pgs_check, pgs_open, pgs_submit,
-                                            pgs_close};
+                                            pgs_close, PG_ANSWER_MAX};

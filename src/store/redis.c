@@ -212,4 +212,4 @@ static int redis_open(idem_store *store, const char *uri, char **errmsg) {
 }
 
 const idem_backend idem_backend_redis = {"redis", redis_check, redis_open, redis_submit,
-                                         redis_close};
+                                         redis_close, REDIS_ANSWER_MAX};

@@ -260,4 +260,4 @@ static int cluster_open(idem_store *store, const char *uri, char **errmsg) {
 }
 
 const idem_backend idem_backend_redis_cluster = {"redis+cluster", cluster_check, cluster_open,
-                                                 cluster_submit, cluster_close};
+                                                 cluster_submit, cluster_close, REDIS_ANSWER_MAX};

@@ -31,6 +31,12 @@
 #include "store/redis.h"
 #include "store/redis_uv.h"
 
+/* The most of an answer a Redis store keeps: its proto-max-bulk-len's
+ * default, 512 MiB, the longest argument it takes (each of the answer's
+ * headers and body is one; an encoded record is one, for a cache). A longer
+ * one makes the server drop the connection. */
+#define REDIS_ANSWER_MAX ((size_t)512 << 20)
+
 typedef enum { R_DOWN, R_CONNECTING, R_UP } rstate;
 
 typedef struct rstore rstore;

@@ -311,7 +311,18 @@ static idem_req *req_new(const idem_op *op) {
   return req;
 }
 
+/* Whether op's answer fits what store's backend keeps. */
+static int answer_fits(const idem_store *store, const idem_op *op) {
+  size_t max = store->backend->answer_max;
+  if (!max || (op->kind != IDEM_OP_COMPLETE && op->kind != IDEM_OP_FAIL &&
+               op->kind != IDEM_OP_CACHE_PUT))
+    return 1;
+  return op->response.headers_len <= max && op->response.body_len <= max - op->response.headers_len;
+}
+
 static int submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
+  if (!answer_fits(store, op))
+    return IDEM_ETOOBIG;
   idem_req *req = req_new(op);
   if (!req)
     return IDEM_ENOMEM;

@@ -609,6 +609,47 @@ static void invalid_operations_are_refused(void **state) {
   assert_int_equal(idem_sync_run(db, &fin, &res), IDEM_EINVAL);
 }
 
+/* The most of an answer the store keeps, as the README (and idem.h) say:
+ * 0 for the stores that keep IDEM_RESPONSE_PART_MAX of each part. */
+static size_t documented_answer_max(void) {
+  if (!strncmp(store_uri, "redis", 5))
+    return (size_t)512 << 20;
+  if (!strncmp(store_uri, "postgres", 8))
+    return ((size_t)1 << 30) - ((size_t)1 << 20);
+  return 0;
+}
+
+/* An answer larger than the store keeps is refused at submit with
+ * IDEM_ETOOBIG, before a byte of it is read (the answer below is an
+ * address only) or sent: a Redis drops the connection on an argument past
+ * its proto-max-bulk-len. The claim stands, and a smaller answer ends it. */
+static void answer_larger_than_the_store_keeps_is_refused(void **state) {
+  (void)state;
+  size_t max = documented_answer_max();
+  if (!max)
+    skip();
+  const char *key = unique_key("too-big");
+  idem_result res;
+  assert_int_equal(claim("", key, "a", TTL_LONG_MS, &res), 0);
+  assert_true(claimed(&res, 1));
+  const char *nowhere = (const char *)(uintptr_t)0x10000;
+  idem_op fin = {.kind = IDEM_OP_COMPLETE, .key = key, .fence = 1, .ttl_ms = TTL_LONG_MS};
+  fin.response = (idem_response){.status = 200, .body = nowhere, .body_len = max + 1};
+  assert_int_equal(idem_sync_run(db, &fin, &res), IDEM_ETOOBIG);
+  fin.response = (idem_response){.status = 200, .headers = nowhere, .headers_len = max,
+                                 .body = nowhere, .body_len = 1}; /* together */
+  assert_int_equal(idem_sync_run(db, &fin, &res), IDEM_ETOOBIG);
+  fin.kind = IDEM_OP_FAIL;
+  assert_int_equal(idem_sync_run(db, &fin, &res), IDEM_ETOOBIG);
+  assert_int_equal(claim("", key, "a", TTL_LONG_MS, &res), 0);
+  assert_int_equal(res.outcome, IDEM_BUSY);
+  idem_result_clear(&res);
+  assert_int_equal(complete("", key, 1, "small"), 0);
+  assert_int_equal(claim("", key, "a", TTL_LONG_MS, &res), 0);
+  assert_int_equal(res.outcome, IDEM_REPLAY);
+  idem_result_clear(&res);
+}
+
 /* A caller who asks for "forever" (INT64_MAX) must never get a record that
  * has already expired: now + ttl overflowing to the past would make the key
  * unseen at once and let a duplicate run a second time. Either the store
@@ -894,6 +935,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(gc_removes_expired_records),
       cmocka_unit_test(invalid_operations_are_refused),
       cmocka_unit_test(huge_durations_never_let_a_duplicate_run),
+      cmocka_unit_test(answer_larger_than_the_store_keeps_is_refused),
       cmocka_unit_test(longest_scope_and_key_work),
       cmocka_unit_test(concurrent_claims_on_one_loop_give_one_claim),
       cmocka_unit_test(concurrent_claims_from_threads_give_one_claim),

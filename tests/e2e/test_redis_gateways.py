@@ -1,7 +1,7 @@
 """Several gateways, one Redis: three `idem serve` processes share the
 records in one redis-server, so concurrent duplicates of a key spread over
 them run the upstream exactly once, and any of them replays what another
-stored."""
+stored. And an answer larger than Redis keeps."""
 
 import threading
 
@@ -104,6 +104,34 @@ class SeveralGateways(GatewayTestCase):
         names = self.redis.command("KEYS", "idem:*")
         self.assertEqual(len(names), 1, names)
         self.assertIn(b"shared}", names[0])
+
+
+class LargeAnswer(GatewayTestCase):
+    def test_an_answer_larger_than_redis_keeps_is_kept_as_the_502_marker(self):
+        # Redis takes no argument over 512 MiB (proto-max-bulk-len) and
+        # drops the connection on one: sent anyway, the answer was spooled,
+        # and its drain dropped the connection again and again, forever.
+        # The store refuses it up front, and the gateway keeps its 502
+        # marker, as for a full store: the first client gets the answer,
+        # retries the marker, and the upstream runs once
+        redis = RedisServer().start()
+        self.addCleanup(redis.cleanup)
+        up = self.start_upstream()
+        gw = self.start_gateway(up, "--max-response", "1GiB", store=redis.uri)
+        size = (512 << 20) + 1
+        big = {"X-Test-Body-Bytes": str(size)}
+        r = gw.request("POST", "/pay", body=b"x", key="huge", headers=big, timeout=120)
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(len(r.body), size)
+        del r
+        again = gw.request("POST", "/pay", body=b"x", key="huge", headers=big, timeout=120)
+        self.assertProblem(again, 502, self.gw_log())
+        self.assertTrue(again.replayed, again)
+        self.assertIn("larger than the store keeps", again.json()["detail"])
+        self.assertEqual(up.count("huge"), 1)
+        self.assertEqual(gw.request("POST", "/pay", body=b"x", key="small").status, 200)
+        self.assertNotIn("reconnecting", self.gw_log())
+        self.assertNotIn("spool", self.gw_log())
 
 
 if __name__ == "__main__":

@@ -321,8 +321,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def body_bytes(rid, n, size):
-    """The body X-Test-Body-Bytes answers: deterministic per (id, exec)."""
-    return random.Random("%s/%d" % (rid, n)).randbytes(size)
+    """The body X-Test-Body-Bytes answers: deterministic per (id, exec).
+    Past 16 MiB, a 1 MiB block repeated (randbytes stops at 256 MiB)."""
+    rng = random.Random("%s/%d" % (rid, n))
+    if size <= 16 << 20:
+        return rng.randbytes(size)
+    block = rng.randbytes(1 << 20)
+    return (block * (size // len(block) + 1))[:size]
 
 
 class Upstream:
