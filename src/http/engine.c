@@ -645,6 +645,11 @@ static void handle(gw_exchange *ex) {
   case POLICY_KEY_BAD:
     refuse_key(ex, "invalid-key", "Invalid Idempotency-Key", why);
     return;
+  case POLICY_KEY_NOT_JSON:
+    snprintf(why, sizeof why, "this route takes its key at %s in a JSON body, and this body is "
+             "not JSON", p->key_arg);
+    refuse_key(ex, "body-not-json", "Body is not JSON", why);
+    return;
   case POLICY_KEY_OK:
     break;
   }

@@ -65,8 +65,13 @@ static policy_key_result key_json(const gw_policy *p, const gw_request *r, char 
   policy_key_result k;
   char what[300];
   snprintf(what, sizeof what, "the JSON body's value at %s", p->key_arg);
-  if (rc == IDEM_EJSON || rc == IDEM_ENOTFOUND)
-    k = POLICY_KEY_NONE; /* not JSON, or no such member: no key */
+  /* A body that is not JSON is refused, not taken as one without a key:
+   * a client's parser may read it (a member given twice, a BOM), and its
+   * retries would each run, unkeyed. */
+  if (rc == IDEM_EJSON)
+    k = POLICY_KEY_NOT_JSON;
+  else if (rc == IDEM_ENOTFOUND)
+    k = POLICY_KEY_NONE; /* no such member: no key */
   else if (rc) {
     snprintf(why, whylen, "%s: %s", what, idem_strerror(rc));
     k = POLICY_KEY_BAD;

@@ -22,7 +22,8 @@ int policy_method_has_semantics(const gw_policy *p, const char *method);
 typedef enum {
   POLICY_KEY_NONE = 0, /* no Idempotency-Key header */
   POLICY_KEY_OK,       /* key parsed into out */
-  POLICY_KEY_BAD       /* malformed, empty, too long, or sent twice */
+  POLICY_KEY_BAD,      /* malformed, empty, too long, or sent twice */
+  POLICY_KEY_NOT_JSON  /* key: json:, and a non-empty body that is not JSON */
 } policy_key_result;
 
 /* Read Idempotency-Key from headers into out (IDEM_KEY_MAX + 1 bytes). On

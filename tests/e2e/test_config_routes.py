@@ -77,10 +77,22 @@ class Routes(ConfigTestCase):
         for _ in range(2):
             self.post("/v1/orders", body({"sku": "x"}), key="hdr", tid="nokey")
         self.assertEqual(self.up.count("nokey"), 2)
-        # not JSON, or no such member: no key, passed through
+        # no such member, or no body: no key, passed through
         for _ in range(2):
-            self.post("/v1/orders", b"order_id=o-1", tid="form")
-        self.assertEqual(self.up.count("form"), 2)
+            self.post("/v1/orders", body({"sku": "x"}), tid="nomember")
+            self.post("/v1/orders", b"", tid="empty")
+        self.assertEqual(self.up.count("nomember"), 2)
+        self.assertEqual(self.up.count("empty"), 2)
+        # a body that is not JSON, even one that some parsers take (a member
+        # given twice, a byte order mark): refused, never passed through
+        # unkeyed, where every retry would run again
+        for b in (b"order_id=o-1", b'{"order_id":"d-1","order_id":"d-1"}',
+                  b'\xef\xbb\xbf{"order_id":"d-2"}'):
+            r = self.post("/v1/orders", b, tid="notjson")
+            doc = self.assertProblem(r, 400)
+            self.assertEqual(doc["type"], "urn:idem:problem:body-not-json", doc)
+            self.assertIn("/order_id", doc["detail"])
+        self.assertEqual(self.up.count("notjson"), 0)
         # a value that is not a string or a number is not a key
         r = self.post("/v1/orders", b'{"order_id": {"a": 1}}', tid="obj")
         self.assertProblem(r, 400)

@@ -307,7 +307,10 @@ static void test_keys(void **state) {
   assert_int_equal(key_of("json:/order/id", "/o", "{\"order\":{\"id\":12}}", key), POLICY_KEY_OK);
   assert_string_equal(key, "12");
   assert_int_equal(key_of("json:/order_id", "/o", "{\"x\":1}", key), POLICY_KEY_NONE);
-  assert_int_equal(key_of("json:/order_id", "/o", "order_id=1", key), POLICY_KEY_NONE);
+  /* not JSON, also to a parser stricter than the client's: refused */
+  assert_int_equal(key_of("json:/order_id", "/o", "order_id=1", key), POLICY_KEY_NOT_JSON);
+  assert_int_equal(key_of("json:/order_id", "/o", "{\"order_id\":1,\"order_id\":1}", key),
+                   POLICY_KEY_NOT_JSON);
   assert_int_equal(key_of("json:/order_id", "/o", "", key), POLICY_KEY_NONE);
   assert_int_equal(key_of("json:/order_id", "/o", "{\"order_id\":null}", key), POLICY_KEY_BAD);
   assert_int_equal(key_of("json:/order_id", "/o", "{\"order_id\":\"\"}", key), POLICY_KEY_BAD);
