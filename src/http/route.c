@@ -376,11 +376,12 @@ static int unreserved(int c) {
   return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-/* Whether the path has what route_path changes: a %XX, a ";", a "/." or
- * a "//". */
+/* Whether the path has what route_path changes: a %XX, a ";", a "\\", a
+ * "/." or a "//". */
 static int needs_normal(const char *p, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (p[i] == '%' || p[i] == ';' || (i && p[i - 1] == '/' && (p[i] == '.' || p[i] == '/')))
+    if (p[i] == '%' || p[i] == ';' || p[i] == '\\' ||
+        (i && p[i - 1] == '/' && (p[i] == '.' || p[i] == '/')))
       return 1;
   return 0;
 }
@@ -431,9 +432,11 @@ static size_t remove_dot_segments(char *path, size_t n) {
 
 /* The path routes are matched against, as the upstream will read it:
  * percent-encoded unreserved characters decoded (RFC 3986 6.2.2.2: "%70"
- * is "p"), repeated slashes merged and path parameters dropped, then
- * dot-segments removed. Otherwise "/v1/%70ayments/p1" or
- * "/internal/../v1/payments/p1" would slip past a payments route to the
+ * is "p"), a "\\" read as "/" (as the WHATWG URL parser of browsers and
+ * Node reads it in an http URL), repeated slashes merged and path
+ * parameters dropped, then dot-segments removed. Otherwise
+ * "/v1/%70ayments/p1", "/internal/../v1/payments/p1" or
+ * "/x\\..\\v1/payments/p1" would slip past a payments route to the
  * defaults, or to a route with mode off. Encoded reserved characters
  * ("%2F") stay as they are. out has room for n bytes; returns its length. */
 static size_t route_path(const char *p, size_t n, char *out) {
@@ -445,7 +448,7 @@ static size_t route_path(const char *p, size_t n, char *out) {
       out[o++] = (char)(hi * 16 + lo);
       i += 2;
     } else {
-      out[o++] = p[i];
+      out[o++] = p[i] == '\\' ? '/' : p[i];
     }
   }
   return o && out[0] == '/' ? remove_dot_segments(out, merge_segments(out, o)) : o;
@@ -462,8 +465,9 @@ static const gw_route *match_path(const gw_routes *t, const char *method, const 
       if (!m)
         continue;
     }
-    if (!r->path[0] || gw_glob_match(r->path, path, plen))
-      return r;
+    if (!r->path[0] || gw_glob_match(r->path, path, plen) ||
+        (plen > 1 && path[plen - 1] == '/' && gw_glob_match(r->path, path, plen - 1)))
+      return r; /* "/v1/orders/" is "/v1/orders" too, as most frameworks read it */
   }
   return &t->defaults;
 }

@@ -117,7 +117,12 @@ static void test_first_match_wins(void **state) {
       {"/v1/%2E%2E/other", 3}, /* %2E is '.': "/other" */
       {"/v1/payments%2Fp1", 2}, /* an encoded '/' stays: one segment */
       {"/v1/payments/p1#frag", 1},
-      {"/v1/payments/p1/#/x", 2},
+      {"/v1/payments/p1/#/x", 1}, /* a trailing slash: also "/v1/payments/p1" */
+      {"/v1/payments/p1/", 1},
+      {"/v1/payments/p1//", 1},
+      {"/v1/payments/p1/r/", 2},
+      {"/x\\..\\v1/payments/p1", 1}, /* a backslash is a slash */
+      {"/v1\\payments\\p1", 1},
       {"/v1/payments/p1%", 1},
       {"/v1/payments/p1%4", 1},
       {"/v1/payments/%zz", 1},
