@@ -67,6 +67,7 @@ int cmd_config(int argc, char **argv) {
   if (check) {
     printf("%s: ok, %d route%s\n", argv[2], cfg.routes->n, cfg.routes->n == 1 ? "" : "s");
     gw_routes_print(cfg.routes, stdout);
+    gw_config_warn_leases(&cfg, cfg.routes, "idem config"); /* as serve warns at start */
   } else {
     rc = print_openapi(cfg.routes);
   }

@@ -4,10 +4,12 @@
 #include "http/config.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
@@ -359,9 +361,9 @@ static int build_route(const gw_config *cfg, const cf_route *cr, gw_route *r, ch
     snprintf(r->path, sizeof r->path, "%s", cr->path);
   if (cr->methods && gw_parse_method_list(cr->methods, r->methods, GW_MAX_METHODS, &r->nmethods)) {
     /* a long list is cut short, so that the reason still fits in err */
-    snprintf(err, errlen, "%s:%d: match: methods: '%.64s%s' is not a method list; use method "
-                          "names (e.g. [POST, PUT]), at most %d", file, cr->match_line,
-             cr->methods, strlen(cr->methods) > 64 ? "..." : "", GW_MAX_METHODS);
+    cf_error(err, errlen, file, cr->match_line, "match: methods: '%.64s%s' is not a method "
+             "list; use method names (e.g. [POST, PUT]), at most %d", cr->methods,
+             strlen(cr->methods) > 64 ? "..." : "", GW_MAX_METHODS);
     return -1;
   }
   for (int k = 0; k < cr->n; k++) {
@@ -416,21 +418,6 @@ static int load(gw_config *cfg, int argc, char **argv, int need_upstream, char *
   return build_routes(cfg, err, errlen);
 }
 
-int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
-  return load(cfg, argc, argv, 1, err, errlen);
-}
-
-int gw_config_parse_file_only(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
-  return load(cfg, argc, argv, 0, err, errlen);
-}
-
-void gw_config_free(gw_config *cfg) {
-  cf_free(cfg->doc);
-  cfg->doc = NULL;
-  gw_routes_release(cfg->routes);
-  cfg->routes = NULL;
-}
-
 /* Whether argv sets the flag name (it overrides the file either way). */
 static int flag_given(const gw_config *cfg, const char *name) {
   size_t n = strlen(name);
@@ -442,6 +429,56 @@ static int flag_given(const gw_config *cfg, const char *name) {
       return 1;
   }
   return 0;
+}
+
+/* Whether serve can open path as its access log, which gw_run opens (and
+ * creates): the file takes writes, or its directory a new file. Nothing
+ * is created. 0, or -1 with errno as open() would set it. */
+static int access_log_openable(const char *path) {
+  struct stat st;
+  if (!stat(path, &st))
+    return S_ISDIR(st.st_mode) ? (errno = EISDIR, -1) : access(path, W_OK);
+  if (errno != ENOENT)
+    return -1;
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+  return access(dir[0] ? dir : "/", W_OK | X_OK);
+}
+
+/* The access log, checked when the config is read (not on a reload: the
+ * log stays open, its path cannot change live), so that `idem config
+ * check` refuses what serve would, and a path from the file is named by
+ * its line. 0, or -1 with err. */
+static int check_access_log(const gw_config *cfg, char *err, size_t errlen) {
+  const char *path = cfg->access_log;
+  if (!path || !strcmp(path, "-") || !access_log_openable(path))
+    return 0;
+  char msg[512];
+  snprintf(msg, sizeof msg, "--access-log: cannot open '%s': %s", path, strerror(errno));
+  const cf_item *it = flag_given(cfg, "access-log") ? NULL : cf_top(cfg->doc, "access-log");
+  if (it)
+    cf_item_error(cfg->config_file, it, msg, err, errlen);
+  else
+    snprintf(err, errlen, "%s", msg);
+  return -1;
+}
+
+int gw_config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  int rc = load(cfg, argc, argv, 1, err, errlen);
+  return rc ? rc : check_access_log(cfg, err, errlen);
+}
+
+int gw_config_parse_file_only(gw_config *cfg, int argc, char **argv, char *err, size_t errlen) {
+  int rc = load(cfg, argc, argv, 0, err, errlen);
+  return rc ? rc : check_access_log(cfg, err, errlen);
+}
+
+void gw_config_free(gw_config *cfg) {
+  cf_free(cfg->doc);
+  cfg->doc = NULL;
+  gw_routes_release(cfg->routes);
+  cfg->routes = NULL;
 }
 
 int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
@@ -468,6 +505,25 @@ int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
   next.routes = NULL;
   gw_config_free(&next);
   return 0;
+}
+
+void gw_config_warn_leases(const gw_config *cfg, const gw_routes *t, const char *who) {
+  for (int i = 0; i <= t->n; i++) {
+    const gw_route *r = i < t->n ? &t->routes[i] : &t->defaults;
+    if (r->policy.mode == GW_MODE_OFF || cfg->upstream_timeout_ms <= r->policy.lock_ttl_ms)
+      continue;
+    if (i < t->n && r->policy.lock_ttl_ms == t->defaults.policy.lock_ttl_ms &&
+        t->defaults.policy.mode != GW_MODE_OFF)
+      continue; /* the defaults' own line says it */
+    char where[64] = "--lock-ttl";
+    if (i < t->n)
+      snprintf(where, sizeof where, "the lock_ttl of route %d (line %d)", r->index, r->line);
+    fprintf(stderr,
+            "%s: warning: --upstream-timeout (%lldms) is longer than %s "
+            "(%lldms): a request still running when its lease ends can be taken over "
+            "and run again\n",
+            who, (long long)cfg->upstream_timeout_ms, where, (long long)r->policy.lock_ttl_ms);
+  }
 }
 
 int gw_config_set(gw_config *cfg, const char *name, const char *value, char *err,

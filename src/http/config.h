@@ -82,6 +82,12 @@ void gw_config_free(gw_config *cfg);
 int gw_config_reload(const gw_config *running, gw_routes **out, char *changed,
                      size_t changed_len, char *err, size_t errlen);
 
+/* A lease shorter than the upstream may take, for the defaults and for
+ * every route that sets its own: a warning line on stderr each, after
+ * "WHO: " (serve says it at the start and after each reload, `idem config
+ * check` as it checks). */
+void gw_config_warn_leases(const gw_config *cfg, const gw_routes *t, const char *who);
+
 /* Set one setting by name ("lock-ttl") from text, as the flag would: 0, or
  * -1 with a sentence in err. (A config file's keys go through here.) */
 int gw_config_set(gw_config *cfg, const char *name, const char *value, char *err,

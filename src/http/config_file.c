@@ -19,16 +19,52 @@ typedef struct {
   size_t errlen;
 } walker;
 
+/* s into out (cap bytes), control characters escaped ("\n", "\t", "\r",
+ * else "\xHH"; a C1 one, U+0080..U+009F, as "\u0085"): a value quoted in a
+ * message (ttl: |, a key in double quotes) cannot break it across lines.
+ * An escape that does not fit is left out whole. */
+static void one_line(char *out, size_t cap, const char *s) {
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p && o + 1 < cap; p++) {
+    char esc[8] = {(char)*p, 0};
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+      snprintf(esc, sizeof esc, "\\u%04x", *++p);
+    else if (*p == '\n' || *p == '\t' || *p == '\r')
+      snprintf(esc, sizeof esc, "\\%c", *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r');
+    else if (*p < 0x20 || *p == 0x7f)
+      snprintf(esc, sizeof esc, "\\x%02x", *p);
+    size_t n = strlen(esc);
+    if (o + n >= cap)
+      break;
+    memcpy(out + o, esc, n);
+    o += n;
+  }
+  if (cap)
+    out[o] = 0;
+}
+
+static void verror(char *err, size_t errlen, const char *file, int line, const char *fmt,
+                   va_list ap) {
+  char msg[2048];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  int off = snprintf(err, errlen, "%s:%d: ", file, line);
+  if (off >= 0 && (size_t)off < errlen)
+    one_line(err + off, errlen - (size_t)off, msg);
+}
+
+void cf_error(char *err, size_t errlen, const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  verror(err, errlen, file, line, fmt, ap);
+  va_end(ap);
+}
+
 static int fail(walker *w, const yaml_node_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(walker *w, const yaml_node_t *n, const char *fmt, ...) {
-  int off = snprintf(w->err, w->errlen, "%s:%lu: ", w->d->file,
-                     n ? (unsigned long)n->start_mark.line + 1 : 1ul);
-  if (off < 0 || (size_t)off >= w->errlen)
-    return -1;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(w->err + off, w->errlen - (size_t)off, fmt, ap);
+  verror(w->err, w->errlen, w->d->file, n ? (int)n->start_mark.line + 1 : 1, fmt, ap);
   va_end(ap);
   return -1;
 }
@@ -145,10 +181,17 @@ static void dashed(const char *key, char *out, size_t cap) {
 
 static int add_item(walker *w, cf_item **items, int *n, const yaml_node_t *kn,
                     const yaml_node_t *vn, const setting *row) {
-  for (int i = 0; i < *n; i++)
-    if (!strcmp((*items)[i].name, row->name))
-      return fail(w, kn, "%s is set twice (first at line %d)", (*items)[i].key, (*items)[i].line);
   const char *key = (const char *)kn->data.scalar.value;
+  for (int i = 0; i < *n; i++) {
+    const cf_item *first = &(*items)[i];
+    if (strcmp(first->name, row->name))
+      continue;
+    /* named as on the line said; admin_listen then admin-listen: both */
+    if (strcmp(first->key, key))
+      return fail(w, kn, "%s is set twice (first at line %d, as %s)", key, first->line,
+                  first->key);
+    return fail(w, kn, "%s is set twice (first at line %d)", key, first->line);
+  }
   /* a list where one value belongs (require_key: [true]) is a slip, not
    * that value: only the LIST settings (methods, store_statuses) take one */
   if (vn->type == YAML_SEQUENCE_NODE && (!row->form || strcmp(row->form, "LIST")))
@@ -354,6 +397,15 @@ static int top_level(walker *w, const yaml_node_t *root) {
   return 0;
 }
 
+/* The line of byte at of text, as libyaml counts them: "\n", "\r\n" and
+ * a lone "\r" each end one. */
+static unsigned long line_at(const char *text, size_t at) {
+  unsigned long line = 1;
+  for (size_t i = 0; i < at; i++)
+    line += text[i] == '\n' || (text[i] == '\r' && (i + 1 == at || text[i + 1] != '\n'));
+  return line;
+}
+
 /* libyaml's reason for YAML that does not parse, with a hint for the two
  * slips it words least clearly: a tab where YAML wants spaces, and a bare
  * value with ": " in it or a trailing ':' (store: memory:), which YAML reads
@@ -362,12 +414,16 @@ static void yaml_error(const yaml_parser_t *parser, const char *text, size_t len
                        const char *name, char *err, size_t errlen) {
   const char *why = parser->problem ? parser->problem : "not YAML", *hint = "";
   size_t at = parser->problem_mark.index;
-  if (at < len && text[at] == '\t')
+  unsigned long line = (unsigned long)parser->problem_mark.line + 1;
+  /* a reader (encoding) error has no mark, only the byte's offset */
+  if (parser->error == YAML_READER_ERROR)
+    line = line_at(text, parser->problem_offset < len ? parser->problem_offset : len);
+  else if (at < len && text[at] == '\t')
     hint = " (a tab: YAML indents with spaces)";
   else if (strstr(why, "mapping values are not allowed"))
     hint = " (quote a value that holds ': ' or ends with ':', e.g. store: \"memory:\")";
-  snprintf(err, errlen, "%s:%lu: %s%s%s%s", name, (unsigned long)parser->problem_mark.line + 1,
-           why, parser->context ? " " : "", parser->context ? parser->context : "", hint);
+  snprintf(err, errlen, "%s:%lu: %s%s%s%s", name, line, why, parser->context ? " " : "",
+           parser->context ? parser->context : "", hint);
 }
 
 /* The file holds one document: what follows a second "---" would be
@@ -389,6 +445,39 @@ static int only_document(yaml_parser_t *parser, const char *text, size_t len, co
   return more ? -1 : 0;
 }
 
+/* Lists and maps nested deeper than CF_MAX_DEPTH, refused where the first
+ * one too deep starts. libyaml's scanner takes time quadratic in the depth
+ * (a line of 40k "[" took 2 s) and a reload runs on the loop that serves
+ * the admin listener; the settings nest 5 deep at most (routes, a route,
+ * match, methods). A pass over the events of its own, which stops at the
+ * first one too deep; YAML that does not parse is left to the load after
+ * it, which says why. 0, or -1 with err set. */
+static int depth_ok(const char *text, size_t len, const char *name, char *err, size_t errlen) {
+  yaml_parser_t parser;
+  yaml_event_t ev;
+  int depth = 0, rc = 0;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  while (!rc && yaml_parser_parse(&parser, &ev)) {
+    yaml_event_type_t type = ev.type;
+    if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+      if (++depth > CF_MAX_DEPTH) {
+        cf_error(err, errlen, name, (int)ev.start_mark.line + 1,
+                 "lists and maps nested deeper than %d levels; a setting needs 5 at most",
+                 CF_MAX_DEPTH);
+        rc = -1;
+      }
+    } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+      depth--;
+    }
+    yaml_event_delete(&ev);
+    if (type == YAML_STREAM_END_EVENT)
+      break;
+  }
+  yaml_parser_delete(&parser);
+  return rc;
+}
+
 int cf_parse(const char *text, size_t len, const char *name, const setting_table *top,
              const setting_table *route, cf_doc **out, char *err, size_t errlen) {
   cf_doc *d = calloc(1, sizeof *d);
@@ -401,6 +490,10 @@ int cf_parse(const char *text, size_t len, const char *name, const setting_table
   yaml_document_t doc;
   walker w = {&doc, d, top, route, err, errlen};
   int rc = -1;
+  if (depth_ok(text, len, name, err, errlen)) {
+    cf_free(d);
+    return -1;
+  }
   yaml_parser_initialize(&parser);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   if (!yaml_parser_load(&parser, &doc)) {
@@ -476,7 +569,7 @@ void cf_item_error(const char *file, const cf_item *it, const char *msg, char *e
   size_t nl = strlen(it->name);
   /* settings.c names the flag: "--NAME..." becomes the key as written */
   if (!strncmp(msg, "--", 2) && !strncmp(msg + 2, it->name, nl))
-    snprintf(err, errlen, "%s:%d: %s%s", file, it->line, it->key, msg + 2 + nl);
+    cf_error(err, errlen, file, it->line, "%s%s", it->key, msg + 2 + nl);
   else
-    snprintf(err, errlen, "%s:%d: %s: %s", file, it->line, it->key, msg);
+    cf_error(err, errlen, file, it->line, "%s: %s", it->key, msg);
 }

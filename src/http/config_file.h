@@ -23,6 +23,7 @@
 #include "core/settings.h"
 
 #define CF_MAX_BYTES (1u << 20)
+#define CF_MAX_DEPTH 64 /* lists and maps within each other */
 
 typedef struct {
   const char *name;  /* the table's name: "admin-listen" */
@@ -65,6 +66,11 @@ void cf_free(cf_doc *d);
 
 /* The value of top-level setting name (the table's name), or NULL. */
 const cf_item *cf_top(const cf_doc *d, const char *name);
+
+/* "FILE:LINE: " and the message, with control characters in it escaped
+ * ("\n"), so that a value quoted in it keeps the message on one line. */
+void cf_error(char *err, size_t errlen, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Rewrite a settings error ("--lock-ttl: '3x' is not ...") for item it of
  * file: "FILE:LINE: lock_ttl: '3x' is not ...". */

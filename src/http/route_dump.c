@@ -172,29 +172,91 @@ static int openapi_operation(gw_buf *o, const gw_route *r, const char *template)
   return err;
 }
 
-/* The path item of route r: one operation per method with semantics that
- * the route matches. */
-static int openapi_path_item(gw_buf *o, const gw_route *r, const char *template) {
-  int err = gw_buf_puts(o, "{"), first = 1;
-  for (int i = 0; i < r->policy.nmethods && !err; i++) {
-    const char *m = r->policy.methods[i];
-    int matched = !r->nmethods;
-    for (int k = 0; k < r->nmethods; k++)
-      matched |= !strcmp(r->methods[k], m);
-    if (!matched)
-      continue;
-    char lower[16];
-    for (size_t k = 0; k < sizeof lower; k++)
-      lower[k] = (char)tolower((unsigned char)m[k]);
-    err |= gw_buf_printf(o, "%s\"%s\":", first ? "" : ",", lower) ||
-           openapi_operation(o, r, template);
-    first = 0;
+/* Whether glob k matches every path that glob g matches. Tried on two
+ * paths of g: each of its wildcards as one character, then as three ("**"
+ * as two segments). A sample, not a proof, but right for what routes are
+ * written with: whole "*" segments, a trailing "**", literal segments. */
+static int glob_covers(const char *k, const char *g) {
+  if (!k[0])
+    return 1; /* no path: every path */
+  for (int wide = 0; wide < 2; wide++) {
+    char s[1200];
+    size_t n = 0;
+    for (const char *p = g[0] ? g : "**"; *p && n + 8 < sizeof s; p++) {
+      const char *w = NULL;
+      if (p[0] == '*' && p[1] == '*')
+        for (w = wide ? "\1/\1\1" : "\1"; p[1] == '*';)
+          p++;
+      else if (*p == '*')
+        w = wide ? "\1\1\1" : "\1";
+      else if (*p == '?')
+        w = "\1";
+      if (!w)
+        s[n++] = *p;
+      for (; w && *w; w++)
+        s[n++] = *w;
+    }
+    if (!gw_glob_match(k, s, n))
+      return 0;
   }
-  return err || gw_buf_puts(o, "}");
+  return 1;
 }
 
-/* Whether route i's path is taken by an earlier route (first match wins):
- * the same glob already listed. */
+static int matches_method(const gw_route *r, const char *m) {
+  for (int k = 0; k < r->nmethods; k++)
+    if (!strcmp(r->methods[k], m))
+      return 1;
+  return !r->nmethods;
+}
+
+/* Whether route i publishes an operation for method m: it matches m, has
+ * idempotency semantics for it, is not off, and no earlier route takes m
+ * on its paths (first match wins, as serve matches: PUT on a path can go
+ * to one route and POST to a later one). The defaults (i == t->n) take
+ * what no route does. */
+static int publishes(const gw_routes *t, int i, const char *m) {
+  const gw_route *r = i < t->n ? &t->routes[i] : &t->defaults;
+  if (r->policy.mode == GW_MODE_OFF || !matches_method(r, m))
+    return 0;
+  for (int k = 0; k < i && i < t->n; k++)
+    if (matches_method(&t->routes[k], m) && glob_covers(t->routes[k].path, r->path))
+      return 0;
+  return 1;
+}
+
+/* Route i's operations (each method it publishes) into o, after *n
+ * written; with o NULL, only counted. */
+static int openapi_operations(gw_buf *o, const gw_routes *t, int i, const char *template,
+                              int *n) {
+  const gw_route *r = i < t->n ? &t->routes[i] : &t->defaults;
+  int err = 0;
+  for (int k = 0; k < r->policy.nmethods && !err; k++) {
+    const char *m = r->policy.methods[k];
+    if (!publishes(t, i, m))
+      continue;
+    char lower[16];
+    for (size_t c = 0; c < sizeof lower; c++)
+      lower[c] = (char)tolower((unsigned char)m[c]);
+    if (o)
+      err |= gw_buf_printf(o, "%s\"%s\":", *n ? "," : "", lower) ||
+             openapi_operation(o, r, template);
+    ++*n;
+  }
+  return err;
+}
+
+/* The operations of every route with route i's glob, whose first route
+ * it is, into o (NULL: only counted in *n). */
+static int openapi_path_ops(gw_buf *o, const gw_routes *t, int i, const char *template, int *n) {
+  int err = 0;
+  for (int k = i; k < t->n && !err; k++)
+    if (!strcmp(t->routes[k].path, t->routes[i].path))
+      err |= openapi_operations(o, t, k, template, n);
+  return err;
+}
+
+/* Whether route i's glob is that of an earlier route: its operations are
+ * in that route's path item. */
 static int listed_before(const gw_routes *t, int i) {
   for (int k = 0; k < i; k++)
     if (!strcmp(t->routes[k].path, t->routes[i].path))
@@ -209,11 +271,13 @@ int gw_routes_openapi(const gw_routes *t, gw_buf *out) {
   for (int i = 0; i < t->n && !err; i++) {
     const gw_route *r = &t->routes[i];
     char tpl[600];
-    if (r->policy.mode == GW_MODE_OFF || !r->path[0] || listed_before(t, i) ||
-        path_template(r->path, tpl, sizeof tpl))
-      continue;
+    int n = 0;
+    if (!r->path[0] || listed_before(t, i) || path_template(r->path, tpl, sizeof tpl) ||
+        openapi_path_ops(NULL, t, i, tpl, &n) || !n)
+      continue; /* no template, or nothing published on it (mode off) */
+    n = 0;
     err |= gw_buf_printf(out, "%s", first ? "" : ",") || policy_json_string(out, tpl, strlen(tpl)) ||
-           gw_buf_puts(out, ":") || openapi_path_item(out, r, tpl);
+           gw_buf_puts(out, ":{") || openapi_path_ops(out, t, i, tpl, &n) || gw_buf_puts(out, "}");
     first = 0;
   }
   err |= gw_buf_puts(out, "},\"x-idem-routes\":[");
@@ -221,15 +285,19 @@ int gw_routes_openapi(const gw_routes *t, gw_buf *out) {
   for (int i = 0; i <= t->n && !err; i++) {
     const gw_route *r = i < t->n ? &t->routes[i] : &t->defaults;
     char tpl[600], m[600];
+    int n = 0;
     if (r->policy.mode == GW_MODE_OFF ||
         (i < t->n && r->path[0] && !path_template(r->path, tpl, sizeof tpl)))
       continue; /* off, or a path item above */
+    if (i < t->n && (openapi_operations(NULL, t, i, NULL, &n) || !n))
+      continue; /* it decides for no method it has semantics for */
     gw_route_match_text(r, m, sizeof m);
     if (i == t->n)
       snprintf(m, sizeof m, "defaults");
+    n = 0;
     err |= gw_buf_printf(out, "%s{\"match\":", first ? "" : ",") ||
-           policy_json_string(out, m, strlen(m)) || gw_buf_puts(out, ",\"operations\":") ||
-           openapi_path_item(out, r, NULL) || gw_buf_puts(out, "}");
+           policy_json_string(out, m, strlen(m)) || gw_buf_puts(out, ",\"operations\":{") ||
+           openapi_operations(out, t, i, NULL, &n) || gw_buf_puts(out, "}}");
     first = 0;
   }
   err |= gw_buf_puts(out,

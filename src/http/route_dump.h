@@ -21,9 +21,12 @@ void gw_routes_print(const gw_routes *t, FILE *out);
  * names as in the file (lock_ttl). 0, or -1 out of memory. */
 int gw_routes_json(const gw_routes *t, gw_buf *out);
 
-/* An OpenAPI 3.1 document (JSON) with a path item per route whose glob is
- * a path template ("*" as a whole segment becomes {p1}, ...); routes with
- * other globs are listed under x-idem-routes. 0, or -1 out of memory. */
+/* An OpenAPI 3.1 document (JSON) with a path item per glob that is a path
+ * template ("*" as a whole segment becomes {p1}, ...); routes with other
+ * globs are listed under x-idem-routes. A method's operation is the route
+ * that serve would match first for it (so routes of one glob share a path
+ * item); routes in mode off publish none, and shadow the routes after
+ * them as they do in serve. 0, or -1 out of memory. */
 int gw_routes_openapi(const gw_routes *t, gw_buf *out);
 
 #endif

@@ -375,27 +375,6 @@ static void on_signal(uv_signal_t *s, int signum) {
     gw_admin_stop(srv->admin, on_admin_stopped, srv);
 }
 
-/* A lease shorter than the upstream may take: said at the start and after
- * each reload, for the defaults and for every route that sets its own. */
-static void warn_about(const gw_config *cfg, const gw_routes *t) {
-  for (int i = 0; i <= t->n; i++) {
-    const gw_route *r = i < t->n ? &t->routes[i] : &t->defaults;
-    if (r->policy.mode == GW_MODE_OFF || cfg->upstream_timeout_ms <= r->policy.lock_ttl_ms)
-      continue;
-    if (i < t->n && r->policy.lock_ttl_ms == t->defaults.policy.lock_ttl_ms &&
-        t->defaults.policy.mode != GW_MODE_OFF)
-      continue; /* the defaults' own line says it */
-    char where[64] = "--lock-ttl";
-    if (i < t->n)
-      snprintf(where, sizeof where, "the lock_ttl of route %d (line %d)", r->index, r->line);
-    fprintf(stderr,
-            "idem serve: warning: --upstream-timeout (%lldms) is longer than %s "
-            "(%lldms): a request still running when its lease ends can be taken over "
-            "and run again\n",
-            (long long)cfg->upstream_timeout_ms, where, (long long)r->policy.lock_ttl_ms);
-  }
-}
-
 /* SIGHUP: read the config file again. A good one applies to the requests
  * that start from now on (each worker takes the new table at its next
  * request; requests in flight finish under the old one, which goes when
@@ -422,7 +401,7 @@ static void on_sighup(uv_signal_t *s, int signum) {
   gw_metrics_reload(1);
   int n = t->n;
   fprintf(stderr, "idem serve: reloaded %s: %d route%s\n", cfg->config_file, n, n == 1 ? "" : "s");
-  warn_about(cfg, t);
+  gw_config_warn_leases(cfg, t, "idem serve");
   gw_routes_publish(t);
   if (changed[0])
     fprintf(stderr, "idem serve: reload: %s changed in %s but cannot change while serve runs; "
@@ -605,7 +584,7 @@ int gw_run(const gw_config *cfg) {
   upstream_addrs up;
   if (upstream_resolve(cfg->upstream_host, cfg->upstream_port, "idem serve: upstream host", &up))
     return 1;
-  warn_about(cfg, cfg->routes);
+  gw_config_warn_leases(cfg, cfg->routes, "idem serve");
   int n = cfg->workers, port = cfg->listen.port, admin_fd = -1, admin_port = cfg->admin.port;
   srv.fds = calloc((size_t)n, sizeof *srv.fds);
   srv.workers = calloc((size_t)n, sizeof *srv.workers);

@@ -10,9 +10,10 @@ from harness import GatewayTestCase
 
 class ConfigTestCase(GatewayTestCase):
     def write_config(self, text, name="idem.yaml"):
-        """Write text to a file in a temp dir of this test; its path."""
+        """Write text (str, or bytes as they are) to a file in a temp dir
+        of this test; its path."""
         path = os.path.join(self.tempdir(), name)
-        with open(path, "w") as f:
+        with open(path, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         return path
 

@@ -4,6 +4,7 @@ openapi FILE` (an OpenAPI 3.1 fragment) and GET /policy on the admin
 listener."""
 
 import json
+import time
 
 from config_util import ConfigTestCase
 from harness import main, run_idem
@@ -85,6 +86,23 @@ BAD = [
     ("upstream: http://" + "h" * 2000 + "\n", 1, "...' is not an upstream URL"),
     ("routes:\n  - match: {methods: [" + ", ".join("M%d" % i for i in range(500)) + "]}\n", 2,
      "...' is not a method list; use method names"),
+    # an encoding error is said at the line of its byte (libyaml gives only the offset)
+    (b"listen: 127.0.0.1:1\nttl: 1h\nwait: 1s\nmode: enforce\nkey: \"a\xffb\"\n", 5,
+     "invalid leading UTF-8 octet"),
+    (b"ttl: 1h\r\nwait: 1s\r\nkey: a\xc3(\r\n", 3, "invalid trailing UTF-8 octet"),
+    # a value quoted in the reason keeps it on one line
+    ("ttl: |\n  2h\n", 1, "ttl: '2h\\n' is not a duration"),
+    ('routes:\n  - match: {methods: ["PO\\tST"]}\n', 2, "'PO\\tST' is not a method list"),
+    ('"a\\nb": 1\n', 1, "unknown key a\\nb (the file"),
+    # a setting given twice is named as the line it is on spells it
+    ("admin_listen: 127.0.0.1:1\nadmin-listen: 127.0.0.1:2\n", 2,
+     "admin-listen is set twice (first at line 1, as admin_listen)"),
+    # nesting is refused where it goes too deep, before libyaml's time grows
+    ("routes: " + "[" * 40000 + "]" * 40000 + "\n", 1, "nested deeper than 64 levels"),
+    ("".join(" " * i + "k%d:\n" % i for i in range(100)), 65, "nested deeper than 64 levels"),
+    # the access log serve would fail to open, at the line that names it
+    ("listen: 127.0.0.1:1\naccess_log: /nonexistent/dir/x.log\n", 2,
+     "access_log: cannot open '/nonexistent/dir/x.log': No such file or directory"),
 ]
 
 
@@ -125,6 +143,32 @@ class Check(ConfigTestCase):
             self.assertEqual(rc, 2, (text, out, err))
             self.assertIn("%s:%d: " % (path, line), err, text)
             self.assertIn(words, err, text)
+            self.assertEqual(len(err.splitlines()), 2, err)  # the reason, then "Run ..."
+
+    def test_deep_nesting_is_refused_at_once(self):
+        # 40k "[" took 2 s in libyaml before the depth was bounded (quadratic)
+        path = self.write_config("routes: " + "[" * 40000 + "]" * 40000 + "\n")
+        t = time.monotonic()
+        rc, out, err = run_idem(["config", "check", path])
+        self.assertEqual(rc, 1, err)
+        self.assertLess(time.monotonic() - t, 0.5, err)
+        # as deep as 64 is still read (here: refused for what it holds)
+        path = self.write_config("routes: " + "[" * 63 + "]" * 63 + "\n")
+        rc, out, err = run_idem(["config", "check", path])
+        self.assertEqual(rc, 1, err)
+        self.assertNotIn("nested", err)
+
+    def test_short_lease_warned_as_serve_warns(self):
+        text = "upstream_timeout: 60s\nroutes:\n  - match: {path: /a}\n    lock_ttl: 5s\n"
+        path = self.write_config(text)
+        rc, out, err = run_idem(["config", "check", path])
+        self.assertEqual(rc, 0, err)  # a warning, not an error
+        for where in ("the lock_ttl of route 1 (line 3) (5000ms)", "--lock-ttl (30000ms)"):
+            self.assertIn("idem config: warning: --upstream-timeout (60000ms) is longer than %s: "
+                          "a request still running when its lease ends can be taken over and "
+                          "run again" % where, err)
+        rc, out, err = run_idem(["config", "check", path, "--upstream-timeout", "1s"])
+        self.assertEqual((rc, err), (0, ""))
 
     def test_usage(self):
         self.assertEqual(run_idem(["config", "check"])[0], 2)
@@ -162,6 +206,50 @@ class Check(ConfigTestCase):
         self.assertFalse([p for p in doc["paths"] if p.startswith("/internal")])
         self.assertIn("* /v1/charges/**", [r["match"] for r in doc["x-idem-routes"]])
         self.assertIn("IdemProblem", doc["components"]["schemas"])
+
+    def openapi(self, text):
+        rc, out, err = run_idem(["config", "openapi", self.write_config(text)])
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        routes = {r["match"]: sorted(r["operations"]) for r in doc["x-idem-routes"]}
+        return {p: sorted(item) for p, item in doc["paths"].items()}, routes, doc
+
+    def test_openapi_first_match_per_method(self):
+        # a PUT route in mode off does not hide the POST route of its path
+        paths, routes, doc = self.openapi(
+            "routes:\n"
+            "  - match: {methods: [PUT], path: /v1/orders}\n    mode: off\n"
+            "  - match: {methods: [POST], path: /v1/orders}\n    require_key: true\n")
+        self.assertEqual(paths, {"/v1/orders": ["post"]})
+        key = doc["paths"]["/v1/orders"]["post"]["parameters"][0]
+        self.assertIs(key["required"], True)
+        # routes of one glob with other methods share its path item
+        paths, routes, doc = self.openapi(
+            "routes:\n"
+            "  - match: {methods: [POST], path: /v1/payments/*}\n"
+            "  - match: {methods: [PUT], path: /v1/payments/*}\n    methods: [PUT]\n"
+            "    ttl: 1h\n"
+            "  - match: {path: /v1/payments/*}\n    methods: [POST, PATCH, PUT]\n"
+            "    mode: shadow\n")
+        item = doc["paths"]["/v1/payments/{p1}"]
+        self.assertEqual(sorted(item), ["patch", "post", "put"])
+        self.assertEqual((item["post"]["x-idem-ttl"], item["post"]["x-idem-mode"]),
+                         ("24h", "enforce"))  # route 1's, not route 3's
+        self.assertEqual(item["put"]["x-idem-ttl"], "1h")  # route 2's
+        self.assertEqual(item["patch"]["x-idem-mode"], "shadow")  # route 3's
+        self.assertEqual(list(routes), ["defaults"])
+        # a route an earlier glob takes for every method is not published;
+        # one it takes for some methods keeps the others
+        paths, routes, doc = self.openapi(
+            "routes:\n"
+            "  - match: {path: /internal/**}\n    mode: off\n"
+            "  - match: {path: /internal/jobs}\n"
+            "  - match: {methods: [POST], path: /v2/**}\n"
+            "  - match: {path: /v2/charges/*}\n"
+            "  - match: {path: /v2/refunds/**}\n")
+        self.assertEqual(paths, {"/v2/charges/{p1}": ["patch"]})
+        self.assertEqual(routes, {"POST /v2/**": ["post"], "* /v2/refunds/**": ["patch"],
+                                  "defaults": ["patch", "post"]})
 
     def test_policy_on_the_admin_listener(self):
         up = self.start_upstream()

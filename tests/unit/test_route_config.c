@@ -111,6 +111,41 @@ static void test_errors_name_the_line(void **state) {
   bad("", 1, "the file is empty");
   bad("key: \"a\\0b\"\n", 1, "holds a NUL byte");
   bad("defaults: &d {ttl: 1s}\nroutes:\n  - match: *d\n", 1, "match takes methods and path");
+  /* an encoding error at the line of its byte; lone CRs end lines too */
+  bad("ttl: 1h\nwait: 1s\nkey: \"\xff\"\n", 3, "invalid leading UTF-8 octet");
+  bad("ttl: 1h\rwait: 1s\r\nmode: off\rkey: \xe2\x28\n", 4, "invalid trailing UTF-8 octet");
+  /* values in the reason on one line; a duplicate named as its line has it */
+  bad("ttl: |\n  2h\n", 1, "ttl: '2h\\n' is not a duration");
+  bad("wait: \"1s\\x01\\u0085\"\n", 1, "wait: '1s\\x01\\u0085' is not");
+  bad("lock_ttl: 1s\nlock-ttl: 2s\n", 2, "lock-ttl is set twice (first at line 1, as lock_ttl)");
+}
+
+/* A file nesting n lists deep under routes:, through cf_parse: its error. */
+static void nested(int n, char *err, size_t errlen) {
+  char text[4096] = "routes: ";
+  size_t len = strlen(text);
+  for (int i = 0; i < n; i++)
+    text[len++] = '[';
+  for (int i = 0; i < n; i++)
+    text[len++] = ']';
+  text[len] = 0;
+  cf_doc *d = NULL;
+  setting_table serve = {"serve", serve_settings, sizeof serve_settings / sizeof serve_settings[0]};
+  err[0] = 0;
+  assert_int_equal(cf_parse(text, len, "f.yaml", &serve, &gw_policy_table, &d, err, errlen), -1);
+}
+
+static void test_nesting_is_bounded(void **state) {
+  (void)state;
+  char err[512];
+  nested(CF_MAX_DEPTH - 1, err, sizeof err); /* with the top map: 64 deep */
+  assert_null(strstr(err, "nested"));
+  assert_non_null(strstr(err, "f.yaml:1: a route must be a map"));
+  nested(CF_MAX_DEPTH, err, sizeof err);
+  assert_string_equal(err, "f.yaml:1: lists and maps nested deeper than 64 levels; a setting "
+                           "needs 5 at most");
+  nested(2000, err, sizeof err);
+  assert_non_null(strstr(err, "nested deeper than 64"));
 }
 
 static void test_flags_over_file_routes_over_defaults(void **state) {
@@ -158,6 +193,12 @@ static void test_flags_over_file_routes_over_defaults(void **state) {
   fclose(f);
   assert_int_equal(gw_config_reload(&c, &next, changed, sizeof changed, err, sizeof err), -1);
   assert_non_null(strstr(err, ":3: ttl: '4x'"));
+  /* a reload says an encoding error's line too */
+  f = fopen(c.config_file, "w");
+  fputs("ttl: 1h\nwait: 5s\nmode: \"\xc3\x28\"\n", f);
+  fclose(f);
+  assert_int_equal(gw_config_reload(&c, &next, changed, sizeof changed, err, sizeof err), -1);
+  assert_non_null(strstr(err, ":3: invalid trailing UTF-8 octet"));
   unlink(c.config_file);
   gw_config_free(&c);
 }
@@ -195,5 +236,6 @@ static void test_file_alone(void **state) {
 
 UNIT_TESTS(cmocka_unit_test(test_values_as_flag_text),
            cmocka_unit_test(test_errors_name_the_line),
+           cmocka_unit_test(test_nesting_is_bounded),
            cmocka_unit_test(test_flags_over_file_routes_over_defaults),
            cmocka_unit_test(test_file_alone))
