@@ -1,6 +1,7 @@
 /* spool.c - durable answers while the store is away (see spool.h). */
 #include "http/spool.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
@@ -16,6 +17,9 @@
 #include "core/sha256.h"
 #include "http/metrics.h"
 #include "http/policy.h"
+#if IDEM_WITH_REDIS
+#include "store/redis.h"
+#endif
 
 /* Sparse: the file holds only what is written. An answer is at most
  * --max-response (4 GiB at the very most), and the spool holds the answers
@@ -145,7 +149,9 @@ static void append_naming_options(const char *query, char *out, size_t len, size
   }
 }
 
-static void store_identity(const char *uri, char *out, size_t len) {
+/* The identity of uri as written (the form of entries spooled before
+ * store_identity read a URI's meaning): kept to adopt those entries. */
+static void written_identity(const char *uri, char *out, size_t len) {
   size_t n = strcspn(uri, "?"), used;
   const char *scheme_end = strstr(uri, "://");
   if (!strncmp(uri, "lmdb:", 5)) {
@@ -168,6 +174,45 @@ static void store_identity(const char *uri, char *out, size_t len) {
     append_naming_options(uri + n + 1, out, len, &used);
 }
 
+#if IDEM_WITH_REDIS
+/* A redis:// URI as what names its records: "redis://HOST:PORT/DB", the
+ * host in lower case, with "?prefix=P" unless the default: "redis://h",
+ * "redis://h:6379/" and "redis://H:6379/0?prefix=idem" are one store. 0,
+ * or -1 when the URI does not parse (its written form stands then). */
+static int redis_identity(const char *uri, char *out, size_t len) {
+  idem_redis_uri u;
+  if (idem_redis_uri_parse(uri, &u, NULL))
+    return -1;
+  for (char *c = u.host; *c; c++)
+    *c = (char)tolower((unsigned char)*c);
+  int v6 = strchr(u.host, ':') != NULL;
+  int prefixed = u.prefix && strcmp(u.prefix, "idem");
+  snprintf(out, len, "redis://%s%s%s:%d/%d%s%s", v6 ? "[" : "", u.host, v6 ? "]" : "", u.port,
+           u.db, prefixed ? "?prefix=" : "", prefixed ? u.prefix : "");
+  idem_redis_uri_clear(&u);
+  return 0;
+}
+#endif
+
+/* What names a store: its written identity, in one spelling per store:
+ * postgresql:// as postgres://, a redis:// URI by what it means (above).
+ * Two spellings the README calls one store must drain each other's
+ * entries: a restart with "redis://h/0" for "redis://h" that left an
+ * answer stranded let its request run again once the lease ended. */
+static void store_identity(const char *uri, char *out, size_t len) {
+  if (!strncmp(uri, "postgresql://", 13)) {
+    char alias[4200];
+    snprintf(alias, sizeof alias, "postgres://%s", uri + 13);
+    written_identity(alias, out, len);
+    return;
+  }
+#if IDEM_WITH_REDIS
+  if (!strncmp(uri, "redis://", 8) && !redis_identity(uri, out, len))
+    return;
+#endif
+  written_identity(uri, out, len);
+}
+
 /* Entries written for other stores: they stay until a gateway on their own
  * store starts on this directory, and their keys stay locked until their
  * leases end meanwhile; a start that finds some says so. */
@@ -177,18 +222,71 @@ static size_t count_others(gw_spool *sp, MDB_txn *txn) {
   return all > mine ? all - mine : 0;
 }
 
+/* The first STORE_ID_LEN bytes of SHA-256(id) into out; -1 out of memory. */
+static int store_id_of(const char *id, unsigned char out[STORE_ID_LEN]) {
+  unsigned char digest[IDEM_SHA256_LEN];
+  if (idem_sha256_digest(id, strlen(id), digest))
+    return -1;
+  memcpy(out, digest, STORE_ID_LEN);
+  return 0;
+}
+
+/* Entries spooled under the written identity of store_uri, by a gateway
+ * from before store_identity, become this store's: moved under its id in
+ * one write transaction (an entry already there under the new id stays).
+ * An LMDB error, or 0. */
+static int adopt_written(gw_spool *sp, const char *store_uri) {
+  char id[4200];
+  unsigned char old[STORE_ID_LEN];
+  written_identity(store_uri, id, sizeof id);
+  if (store_id_of(id, old) || !memcmp(old, sp->store_id, STORE_ID_LEN))
+    return 0;
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  MDB_dbi dbi;
+  int rc = mdb_txn_begin(sp->env, NULL, 0, &txn);
+  if (rc)
+    return rc;
+  if (!(rc = mdb_dbi_open(txn, NULL, 0, &dbi)) && !(rc = mdb_cursor_open(txn, dbi, &cur))) {
+    for (;;) {
+      MDB_val k = {STORE_ID_LEN, old}, v;
+      if (mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE) || k.mv_size <= STORE_ID_LEN ||
+          k.mv_size > KEY_MAX || memcmp(k.mv_data, old, STORE_ID_LEN))
+        break; /* no more of them */
+      unsigned char was[KEY_MAX], now[KEY_MAX], *val = malloc(v.mv_size ? v.mv_size : 1);
+      if (!val) {
+        rc = ENOMEM;
+        break;
+      }
+      memcpy(val, v.mv_data, v.mv_size); /* the map's bytes change under a put */
+      memcpy(was, k.mv_data, k.mv_size);
+      memcpy(now, sp->store_id, STORE_ID_LEN);
+      memcpy(now + STORE_ID_LEN, was + STORE_ID_LEN, k.mv_size - STORE_ID_LEN);
+      MDB_val ok = {k.mv_size, was}, nk = {k.mv_size, now}, nv = {v.mv_size, val};
+      rc = mdb_put(txn, dbi, &nk, &nv, MDB_NOOVERWRITE);
+      free(val);
+      if ((rc && rc != MDB_KEYEXIST) || (rc = mdb_del(txn, dbi, &ok, NULL)))
+        break;
+    }
+    mdb_cursor_close(cur);
+  }
+  if (rc) {
+    mdb_txn_abort(txn);
+    return rc;
+  }
+  return mdb_txn_commit(txn);
+}
+
 int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *err,
                   size_t errlen) {
   gw_spool *sp = calloc(1, sizeof *sp);
-  unsigned char digest[IDEM_SHA256_LEN];
   char id[4200];
   store_identity(store_uri, id, sizeof id);
-  if (!sp || idem_sha256_digest(id, strlen(id), digest)) {
+  if (!sp || store_id_of(id, sp->store_id)) {
     free(sp);
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  memcpy(sp->store_id, digest, STORE_ID_LEN);
   const char *what = "mkdir";
   int rc = mkdir(dir, 0700) && errno != EEXIST ? errno : 0;
   MDB_txn *txn = NULL;
@@ -197,6 +295,7 @@ int gw_spool_open(const char *dir, const char *store_uri, gw_spool **out, char *
     mdb_env_set_mapsize(sp->env, SPOOL_MAP_SIZE);
     /* NOTLS: reads run on several loops and writes on the thread pool */
     if (!(rc = mdb_env_open(sp->env, dir, MDB_NOTLS, 0600)) &&
+        !(rc = adopt_written(sp, store_uri)) &&
         !(rc = mdb_txn_begin(sp->env, NULL, MDB_RDONLY, &txn)) &&
         !(rc = mdb_dbi_open(txn, NULL, 0, &sp->dbi))) {
       set_depth(sp, count_entries(sp, txn));

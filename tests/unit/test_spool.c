@@ -294,6 +294,46 @@ static void test_store_identity(void **state) {
   assert_string_equal(a, "lmdb:/tmp");
   store_identity("memory:x", a, sizeof a);
   assert_string_equal(a, "memory:x");
+  /* spellings of one store are one: the README says so, and an answer
+   * spooled under one and stranded under the other ran again */
+  static const char *const one_redis[] = {"redis://cache", "redis://Cache:6379",
+                                          "redis://u:p@cache:6379/", "redis://cache/0",
+                                          "redis://cache:6379/0?prefix=idem&timeout=1s"};
+  for (size_t i = 0; i < sizeof one_redis / sizeof one_redis[0]; i++) {
+    store_identity(one_redis[i], a, sizeof a);
+    assert_string_equal(a, "redis://cache:6379/0");
+  }
+  store_identity("redis://cache/1", b, sizeof b);
+  assert_string_not_equal(a, b);
+  store_identity("redis://[::1]/3?prefix=t", a, sizeof a);
+  assert_string_equal(a, "redis://[::1]:6379/3?prefix=t");
+  store_identity("postgresql://idem@db:5432/app?pool=2", a, sizeof a);
+  store_identity("postgres://db:5432/app", b, sizeof b);
+  assert_string_equal(a, b);
+}
+
+/* Entries a gateway from before store_identity spooled under the URI as
+ * written are adopted by the next start on that URI, and then found by
+ * its other spellings too. */
+static void test_entries_under_the_written_form_are_adopted(void **state) {
+  fixture *f = *state;
+  char err[256], id[4200];
+  const char *uri = "redis://127.0.0.1:6390"; /* its written form is not its identity */
+  gw_spool_close(f->sp);
+  assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
+  written_identity(uri, id, sizeof id);
+  assert_int_equal(store_id_of(id, f->sp->store_id), 0); /* as an old gateway wrote */
+  assert_int_equal(put(f, IDEM_OP_COMPLETE, "k", 1, "kept", 1), 0);
+  gw_spool_close(f->sp);
+  assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
+  assert_int_equal(gw_spool_depth(f->sp), 1);
+  gw_spool_close(f->sp);
+  assert_int_equal(gw_spool_open(f->dir, "redis://127.0.0.1:6390/0", &f->sp, err, sizeof err), 0);
+  assert_int_equal(gw_spool_depth(f->sp), 1);
+  idem_record rec;
+  assert_int_equal(gw_spool_find(f->sp, "s", "k", &rec), 1);
+  assert_int_equal(rec.response.body_len, 4);
+  idem_record_clear(&rec);
 }
 
 /* Entries written before a restart with other options drain after it. */
@@ -339,5 +379,7 @@ UNIT_TESTS(cmocka_unit_test_setup_teardown(test_put_then_find, setup, teardown),
            cmocka_unit_test_setup_teardown(test_reopen_and_other_store, setup, teardown),
            cmocka_unit_test_setup_teardown(test_open_refuses_a_file, setup, teardown),
            cmocka_unit_test(test_store_identity),
+           cmocka_unit_test_setup_teardown(test_entries_under_the_written_form_are_adopted, setup,
+                                           teardown),
            cmocka_unit_test_setup_teardown(test_other_options_same_store, setup, teardown),
            cmocka_unit_test_setup_teardown(test_entry_decode_refuses_garbage, setup, teardown))
