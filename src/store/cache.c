@@ -321,7 +321,7 @@ static int parse(const char *uri, uint64_t *max, int64_t *ttl, char **why) {
   idem_uri_options o;
   if (q && idem_uri_options_parse(q + 1, &o))
     return IDEM_ENOMEM;
-  int err = 0;
+  int err = q && idem_uri_options_repeated(&o) ? refuse(why, uri, "ttl given twice") : 0;
   for (size_t i = 0; q && !err && i < o.n; i++) {
     if (strcmp(o.items[i].name, "ttl"))
       err = refuse(why, uri, "the only option is ttl=DURATION");

@@ -127,6 +127,9 @@ static int parse_option(const char *name, const char *value, lmdb_options *opt,
 static int parse_options(const char *query, lmdb_options *opt, char **errmsg) {
   idem_uri_options o;
   int err = idem_uri_options_parse(query, &o);
+  const char *twice = err ? NULL : idem_uri_options_repeated(&o);
+  if (twice)
+    err = fail(errmsg, IDEM_EURI, "lmdb: option '%s' given twice", twice);
   for (size_t i = 0; i < o.n && !err; i++) {
     const idem_uri_option *item = &o.items[i];
     if (!item->value)

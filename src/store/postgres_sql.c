@@ -673,7 +673,12 @@ int idem_pg_uri_parse(const char *uri, idem_pg_uri *out, char **errmsg) {
     return IDEM_ENOMEM;
   }
   memcpy(info, uri, base);
-  const char *bad = NULL;
+  const char *bad = NULL, *twice = idem_uri_options_repeated(&o);
+  char twice_msg[160];
+  if (twice) { /* libpq would take the last: refused, as for every store */
+    snprintf(twice_msg, sizeof twice_msg, "option %.100s= given twice", twice);
+    bad = twice_msg;
+  }
   int has_connect_timeout = 0;
   for (size_t i = 0; i < o.n && !bad; i++) {
     if (own_option(&o.items[i], out, &bad))

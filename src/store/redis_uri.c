@@ -117,6 +117,9 @@ static int parse_option(idem_redis_uri *u, const idem_uri_option *o, char **why)
 static int parse_options(idem_redis_uri *u, const char *query, char **why) {
   idem_uri_options o;
   int rc = idem_uri_options_parse(query, &o);
+  const char *twice = rc ? NULL : idem_uri_options_repeated(&o);
+  if (twice)
+    rc = fail(why, "option \"%s\" given twice", twice);
   for (size_t i = 0; i < o.n && rc == 0; i++)
     rc = parse_option(u, &o.items[i], why);
   idem_uri_options_free(&o);

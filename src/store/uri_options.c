@@ -35,6 +35,14 @@ int idem_uri_options_parse(const char *query, idem_uri_options *out) {
   return 0;
 }
 
+const char *idem_uri_options_repeated(const idem_uri_options *o) {
+  for (size_t i = 1; i < o->n; i++)
+    for (size_t k = 0; k < i; k++)
+      if (!strcmp(o->items[i].name, o->items[k].name))
+        return o->items[i].name;
+  return NULL;
+}
+
 void idem_uri_options_free(idem_uri_options *o) {
   free(o->items);
   free(o->buf);

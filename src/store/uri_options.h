@@ -30,4 +30,8 @@ typedef struct {
 int idem_uri_options_parse(const char *query, idem_uri_options *out);
 void idem_uri_options_free(idem_uri_options *o);
 
+/* The name of the first option o gives twice, or NULL: a store refuses it
+ * (which of "timeout=1s&timeout=2s" holds is nobody's guess). */
+const char *idem_uri_options_repeated(const idem_uri_options *o);
+
 #endif

@@ -71,6 +71,8 @@ static void bad_options_are_refused(void **state) {
   (void)state;
   parse_bad("redis://h", "postgres://");
   parse_bad("postgres://h/db?pool=0", "pool=");
+  parse_bad("postgres://h/db?pool=2&pool=3", "pool= given twice");
+  parse_bad("postgres://h/db?sslmode=disable&sslmode=require", "sslmode= given twice");
   parse_bad("postgres://h/db?pool=65", "pool=");
   parse_bad("postgres://h/db?pool=", "pool=");
   parse_bad("postgres://h/db?batch=2000", "batch=");

@@ -133,6 +133,7 @@ static void malformed_uris_are_refused(void **state) {
   parse_bad("redis://u:p%4@h");
   parse_bad("redis://u:p%00@h");
   parse_bad("redis://h?timeout=fast");
+  parse_bad("redis://h?timeout=1s&timeout=2s"); /* which one? refused */
   parse_bad("redis://h?wait_replicas=one");
   parse_bad("redis://h?wait_replicas=-1");
   parse_bad("redis://h?wait_replicas=101");

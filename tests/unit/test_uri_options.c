@@ -72,7 +72,22 @@ static void the_text_points_into_the_query(void **state) {
   idem_uri_options_free(&o);
 }
 
-UNIT_TESTS(cmocka_unit_test(splits_at_ampersands_in_order),
+static void an_option_given_twice_is_named(void **state) {
+  (void)state;
+  idem_uri_options o;
+  assert_int_equal(idem_uri_options_parse("a=1&b=2&c", &o), 0);
+  assert_null(idem_uri_options_repeated(&o));
+  idem_uri_options_free(&o);
+  assert_int_equal(idem_uri_options_parse("a=1&b=2&a=1", &o), 0);
+  assert_string_equal(idem_uri_options_repeated(&o), "a");
+  idem_uri_options_free(&o);
+  assert_int_equal(idem_uri_options_parse("b&ab=1&b=", &o), 0); /* with or without a value */
+  assert_string_equal(idem_uri_options_repeated(&o), "b");
+  idem_uri_options_free(&o);
+}
+
+UNIT_TESTS(cmocka_unit_test(an_option_given_twice_is_named),
+           cmocka_unit_test(splits_at_ampersands_in_order),
            cmocka_unit_test(the_first_equals_sign_splits),
            cmocka_unit_test(an_item_without_equals_has_no_value),
            cmocka_unit_test(empty_items_are_skipped),
