@@ -43,12 +43,15 @@ static void wait_answered(cmd *c, const redisReply *r) {
   if (r == NULL) {
     err = redis_lost_error(c);
   } else if (r->type != REDIS_REPLY_INTEGER || r->integer < rs->uri.wait_replicas) {
-    char got[64];
+    char got[360];
     if (r->type == REDIS_REPLY_INTEGER)
-      snprintf(got, sizeof got, "%lld of %d", (long long)r->integer, rs->uri.wait_replicas);
+      snprintf(got, sizeof got, "replicas acknowledged %lld of %d", (long long)r->integer,
+               rs->uri.wait_replicas);
+    else if (r->type == REDIS_REPLY_ERROR) /* NOPERM: the ACL lacks +wait */
+      snprintf(got, sizeof got, "refused: %.300s", r->str);
     else
-      snprintf(got, sizeof got, "an error");
-    redis_note(rs, "WAIT: replicas acknowledged %s", got);
+      snprintf(got, sizeof got, "an answer that is not a count of replicas");
+    redis_note(rs, "WAIT: %s", got);
     err = IDEM_ESTORE;
   }
   free(c);
