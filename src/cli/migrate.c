@@ -67,6 +67,8 @@ static int postgres(const char *uri, int check) {
   }
   PGconn *pg = PQconnectdb(u.conninfo);
   free(u.conninfo);
+  if (pg)
+    idem_pg_log_notices(pg, "idem migrate");
   int status = 1, version = 0;
   if (!pg || PQstatus(pg) != CONNECTION_OK) {
     msg = idem_pg_message("postgres", pg ? PQerrorMessage(pg) : "out of memory");

@@ -123,4 +123,9 @@ int idem_pg_hosts_lists(const idem_pg_hosts *h, const idem_pg_found *found,
 /* A malloc'd "prefix: text" with text's trailing newline removed. */
 char *idem_pg_message(const char *prefix, const char *text);
 
+/* The server's notices and warnings on pg ("terminating connection due
+ * to immediate shutdown") as one stderr line each, "who: postgres: ...",
+ * not libpq's raw lines. who must outlive pg. */
+void idem_pg_log_notices(PGconn *pg, const char *who);
+
 #endif

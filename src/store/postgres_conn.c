@@ -328,6 +328,7 @@ static void conn_connect(pgs_conn *c, const idem_pg_lists *lists) {
     pgs_conn_fail(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
     return;
   }
+  idem_pg_log_notices(c->pg, "idem");
   connect_step(c, PGRES_POLLING_WRITING);
 }
 

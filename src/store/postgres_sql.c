@@ -412,6 +412,16 @@ static const char *const migrations[IDEM_PG_SCHEMA_VERSION + 1] = {
 
 const char idem_pg_version_sql[] = "SELECT coalesce(max(version), 0) FROM idem_schema";
 
+static void log_notice(void *who, const char *text) {
+  char *m = idem_pg_message("postgres", text);
+  fprintf(stderr, "%s: %s\n", (const char *)who, m ? m : "postgres: a notice");
+  free(m);
+}
+
+void idem_pg_log_notices(PGconn *pg, const char *who) {
+  PQsetNoticeProcessor(pg, log_notice, (void *)who);
+}
+
 char *idem_pg_message(const char *prefix, const char *text) {
   if (!text)
     text = "";
