@@ -296,6 +296,10 @@ static void test_store_identity(void **state) {
   assert_string_equal(a, "memory:x");
   /* spellings of one store are one: the README says so, and an answer
    * spooled under one and stranded under the other ran again */
+  store_identity("postgresql://idem@db:5432/app?pool=2", a, sizeof a);
+  store_identity("postgres://db:5432/app", b, sizeof b);
+  assert_string_equal(a, b);
+#if IDEM_WITH_REDIS /* read by the Redis URI parser */
   static const char *const one_redis[] = {"redis://cache", "redis://Cache:6379",
                                           "redis://u:p@cache:6379/", "redis://cache/0",
                                           "redis://cache:6379/0?prefix=idem&timeout=1s"};
@@ -307,9 +311,7 @@ static void test_store_identity(void **state) {
   assert_string_not_equal(a, b);
   store_identity("redis://[::1]/3?prefix=t", a, sizeof a);
   assert_string_equal(a, "redis://[::1]:6379/3?prefix=t");
-  store_identity("postgresql://idem@db:5432/app?pool=2", a, sizeof a);
-  store_identity("postgres://db:5432/app", b, sizeof b);
-  assert_string_equal(a, b);
+#endif
 }
 
 /* Entries a gateway from before store_identity spooled under the URI as
@@ -318,7 +320,7 @@ static void test_store_identity(void **state) {
 static void test_entries_under_the_written_form_are_adopted(void **state) {
   fixture *f = *state;
   char err[256], id[4200];
-  const char *uri = "redis://127.0.0.1:6390"; /* its written form is not its identity */
+  const char *uri = "postgresql://db/app"; /* its written form is not its identity */
   gw_spool_close(f->sp);
   assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
   written_identity(uri, id, sizeof id);
@@ -328,7 +330,7 @@ static void test_entries_under_the_written_form_are_adopted(void **state) {
   assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
   assert_int_equal(gw_spool_depth(f->sp), 1);
   gw_spool_close(f->sp);
-  assert_int_equal(gw_spool_open(f->dir, "redis://127.0.0.1:6390/0", &f->sp, err, sizeof err), 0);
+  assert_int_equal(gw_spool_open(f->dir, "postgres://db/app", &f->sp, err, sizeof err), 0);
   assert_int_equal(gw_spool_depth(f->sp), 1);
   idem_record rec;
   assert_int_equal(gw_spool_find(f->sp, "s", "k", &rec), 1);
