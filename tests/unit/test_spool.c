@@ -267,49 +267,49 @@ static void test_reopen_and_other_store(void **state) {
 static void test_store_identity(void **state) {
   (void)state;
   char a[4200], b[4200];
-  store_identity("redis://user:secret@cache:6380/2?timeout=5s", a, sizeof a);
+  idem_store_identity("redis://user:secret@cache:6380/2?timeout=5s", a, sizeof a);
   assert_string_equal(a, "redis://cache:6380/2");
-  store_identity("postgres://idem@db:5432/app?pool=4&batch=8", a, sizeof a);
+  idem_store_identity("postgres://idem@db:5432/app?pool=4&batch=8", a, sizeof a);
   assert_string_equal(a, "postgres://db:5432/app");
-  store_identity("postgres://db:5432/app", b, sizeof b);
+  idem_store_identity("postgres://db:5432/app", b, sizeof b);
   assert_string_equal(a, b);
-  store_identity("postgres://db2:5432/app", b, sizeof b);
+  idem_store_identity("postgres://db2:5432/app", b, sizeof b);
   assert_string_not_equal(a, b);
   /* the options that choose the records are kept, in their order */
-  store_identity("postgres://idem@db?dbname=app&pool=4&port=5433&password=x", a, sizeof a);
+  idem_store_identity("postgres://idem@db?dbname=app&pool=4&port=5433&password=x", a, sizeof a);
   assert_string_equal(a, "postgres://db?dbname=app&port=5433");
-  store_identity("postgres://idem@db?dbname=app2&port=5433", b, sizeof b);
+  idem_store_identity("postgres://idem@db?dbname=app2&port=5433", b, sizeof b);
   assert_string_not_equal(a, b);
-  store_identity("postgres:///app?host=/run/pg&options=-csearch_path%3Dx", a, sizeof a);
+  idem_store_identity("postgres:///app?host=/run/pg&options=-csearch_path%3Dx", a, sizeof a);
   assert_string_equal(a, "postgres:///app?host=/run/pg&options=-csearch_path%3Dx");
-  store_identity("redis://cache:6380/2?timeout=5s&prefix=tenant-a", a, sizeof a);
-  store_identity("redis://cache:6380/2?prefix=tenant-b", b, sizeof b);
+  idem_store_identity("redis://cache:6380/2?timeout=5s&prefix=tenant-a", a, sizeof a);
+  idem_store_identity("redis://cache:6380/2?prefix=tenant-b", b, sizeof b);
   assert_string_equal(a, "redis://cache:6380/2?prefix=tenant-a");
   assert_string_not_equal(a, b);
-  store_identity("redis://cache:6380/2?prefixes=x&xprefix=y&prefix", a, sizeof a);
+  idem_store_identity("redis://cache:6380/2?prefixes=x&xprefix=y&prefix", a, sizeof a);
   assert_string_equal(a, "redis://cache:6380/2");
-  store_identity("lmdb:/tmp/../tmp?map_size=2MiB", a, sizeof a);
-  store_identity("lmdb:/tmp?map_size=64MiB", b, sizeof b);
+  idem_store_identity("lmdb:/tmp/../tmp?map_size=2MiB", a, sizeof a);
+  idem_store_identity("lmdb:/tmp?map_size=64MiB", b, sizeof b);
   assert_string_equal(a, b);
   assert_string_equal(a, "lmdb:/tmp");
-  store_identity("memory:x", a, sizeof a);
+  idem_store_identity("memory:x", a, sizeof a);
   assert_string_equal(a, "memory:x");
   /* spellings of one store are one: the README says so, and an answer
    * spooled under one and stranded under the other ran again */
-  store_identity("postgresql://idem@db:5432/app?pool=2", a, sizeof a);
-  store_identity("postgres://db:5432/app", b, sizeof b);
+  idem_store_identity("postgresql://idem@db:5432/app?pool=2", a, sizeof a);
+  idem_store_identity("postgres://db:5432/app", b, sizeof b);
   assert_string_equal(a, b);
 #if IDEM_WITH_REDIS /* read by the Redis URI parser */
   static const char *const one_redis[] = {"redis://cache", "redis://Cache:6379",
                                           "redis://u:p@cache:6379/", "redis://cache/0",
                                           "redis://cache:6379/0?prefix=idem&timeout=1s"};
   for (size_t i = 0; i < sizeof one_redis / sizeof one_redis[0]; i++) {
-    store_identity(one_redis[i], a, sizeof a);
+    idem_store_identity(one_redis[i], a, sizeof a);
     assert_string_equal(a, "redis://cache:6379/0");
   }
-  store_identity("redis://cache/1", b, sizeof b);
+  idem_store_identity("redis://cache/1", b, sizeof b);
   assert_string_not_equal(a, b);
-  store_identity("redis://[::1]/3?prefix=t", a, sizeof a);
+  idem_store_identity("redis://[::1]/3?prefix=t", a, sizeof a);
   assert_string_equal(a, "redis://[::1]:6379/3?prefix=t");
 #endif
 }
@@ -323,7 +323,7 @@ static void test_entries_under_the_written_form_are_adopted(void **state) {
   const char *uri = "postgresql://db/app"; /* its written form is not its identity */
   gw_spool_close(f->sp);
   assert_int_equal(gw_spool_open(f->dir, uri, &f->sp, err, sizeof err), 0);
-  written_identity(uri, id, sizeof id);
+  idem_store_written_identity(uri, id, sizeof id);
   assert_int_equal(store_id_of(id, f->sp->store_id), 0); /* as an old gateway wrote */
   assert_int_equal(put(f, IDEM_OP_COMPLETE, "k", 1, "kept", 1), 0);
   gw_spool_close(f->sp);
