@@ -276,13 +276,16 @@ IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
  * The same, with a cache tier in front (cache_uri NULL: none, as
  * idem_store_open): memory:SIZE[?ttl=DUR], a per-process LRU of finished
  * records bounded in bytes, shared by every handle opened with the same
- * cache URI. A claim that finds a finished record there is answered from it
+ * cache URI on the same store (one store never answers from another's
+ * records: the store is named by what its URI reaches, whatever its
+ * spelling). A claim that finds a finished record there is answered from it
  * (the replay of a completed record, or a mismatch) without the store; a
  * failed record's replay (IDEM_CLAIM_REPLAY_FAILED) asks the store, as a
  * claim elsewhere may take that record over; every other claim, and every other
  * operation, goes to the store, which fills the cache as it answers
  * (completes of claims made through these handles, replays). A delete
- * through any handle of the process clears the key. A record deleted or
+ * through any handle of the process on that store, with a cache or not,
+ * clears the key. A record deleted or
  * replaced through another process is replayed from here for at most the
  * ttl (default 60s). IDEM_EURI for a malformed cache URI, with errmsg.
  */

@@ -115,6 +115,7 @@ struct idem_store {
   void (*cache_learn)(idem_store *store, const idem_req *req);
   uv_loop_t *loop;
   void *impl;
+  char *identity; /* idem_store_identity of its URI: the caches a delete clears */
   /* completed reqs waiting to be called back on the loop: woken by the
    * async from any thread, and by the check handle at the end of the same
    * loop iteration for reqs a backend finished inside submit (store.c) */
@@ -123,6 +124,7 @@ struct idem_store {
   pthread_mutex_t done_lock;
   idem_queue done;
   size_t in_flight; /* submitted, not yet called back (loop thread only) */
+  int handles_open; /* of done_async and done_check, while closing */
   int closing;
   int backend_closed;
   idem_close_cb close_cb;

@@ -382,20 +382,48 @@ static idem_cache *shared(const char *name, uint64_t max, int64_t ttl) {
   return c;
 }
 
-int idem_cache_open(const char *uri, idem_cache **out, char **why) {
+/* A registry name: what the cache is, then "\n" and its store's identity
+ * (no URI holds a newline). */
+static char *cache_name(const char *what, const char *store_id) {
+  size_t n = strlen(what) + strlen(store_id) + 2;
+  char *name = malloc(n);
+  if (name)
+    snprintf(name, n, "%s\n%s", what, store_id);
+  return name;
+}
+
+int idem_cache_open(const char *uri, const char *store_id, idem_cache **out, char **why) {
   uint64_t max;
   int64_t ttl;
   int err = parse(uri, &max, &ttl, why);
   if (err)
     return err;
-  *out = shared(uri, max, ttl);
+  char *name = cache_name(uri, store_id);
+  *out = name ? shared(name, max, ttl) : NULL;
+  free(name);
   return *out ? 0 : IDEM_ENOMEM;
 }
 
-idem_cache *idem_cache_for_claims(const char *shared_uri, uint64_t max_bytes, int64_t ttl_ms) {
-  char name[512];
-  snprintf(name, sizeof name, "claims for %s", shared_uri); /* never a memory: URI */
-  return shared(name, max_bytes, ttl_ms);
+idem_cache *idem_cache_for_claims(const char *shared_uri, const char *store_id,
+                                  uint64_t max_bytes, int64_t ttl_ms) {
+  char what[512];
+  snprintf(what, sizeof what, "claims for %s", shared_uri); /* never a memory: URI */
+  char *name = cache_name(what, store_id);
+  idem_cache *c = name ? shared(name, max_bytes, ttl_ms) : NULL;
+  free(name);
+  return c;
+}
+
+void idem_cache_bury_store(const char *store_id, const char *scope, const char *key, int64_t now) {
+  pthread_mutex_lock(&registry_lock);
+  idem_queue *node;
+  IDEM_QUEUE_FOREACH(node, &registry) {
+    idem_cache *c = IDEM_QUEUE_DATA(node, idem_cache, registered);
+    const char *nl = strchr(c->uri, '\n');
+    if (nl && !strcmp(nl + 1, store_id))
+      idem_cache_bury(c, scope, key, now); /* its own lock, under the registry's */
+  }
+  pthread_mutex_unlock(&registry_lock);
 }
 
 static void cache_free(idem_cache *c) {

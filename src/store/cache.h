@@ -1,8 +1,8 @@
 /*
  * cache.h - the cache tier in front of a store (store.c drives it): a
  * per-process, bytes-bounded LRU of finished records, shared by every handle
- * opened with the same cache URI, so that a replay is answered without a
- * round trip to the store of record.
+ * opened with the same cache URI on the same store (store_id.h), so that a
+ * replay is answered without a round trip to the store of record.
  *
  *   memory:SIZE[?ttl=DUR]   SIZE like 64MiB; ttl (default 60s) bounds how
  *                           long an entry is trusted after it was filled
@@ -21,14 +21,18 @@
 
 typedef struct idem_cache idem_cache;
 
-/* The cache for uri (one per distinct URI in the process, referenced):
+/* The cache for uri in front of the store store_id names (one per distinct
+ * pair in the process, referenced: two stores never answer from one):
  * IDEM_EURI with a sentence in *why (malloc'd) when the URI is malformed. */
-int idem_cache_open(const char *uri, idem_cache **out, char **why);
+int idem_cache_open(const char *uri, const char *store_id, idem_cache **out, char **why);
 void idem_cache_release(idem_cache *c);
 /* For a cache shared elsewhere (Redis, at shared_uri): the process's own
  * table of its claims (for their completes) and of the counts, one per
- * shared_uri like the caches of idem_cache_open. */
-idem_cache *idem_cache_for_claims(const char *shared_uri, uint64_t max_bytes, int64_t ttl_ms);
+ * shared_uri and store like the caches of idem_cache_open. */
+idem_cache *idem_cache_for_claims(const char *shared_uri, const char *store_id,
+                                  uint64_t max_bytes, int64_t ttl_ms);
+/* idem_cache_bury on every cache of the process in front of store_id. */
+void idem_cache_bury_store(const char *store_id, const char *scope, const char *key, int64_t now);
 /* Only the check of uri: 0, or IDEM_EURI with a sentence in *why (malloc'd). */
 int idem_cache_uri_check(const char *uri, char **why);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store/backend.h"
+#include "store/store_id.h"
 #include "store/cache.h"
 
 /* Every scheme idem knows, and its backend: NULL when this build leaves the
@@ -46,24 +47,25 @@ static char *message(const char *text, const char *uri) {
   return m;
 }
 
-static void on_store_freed(uv_handle_t *handle) {
+/* Both handles closed (in the same loop iteration: one more run of the
+ * loop after a failed open frees it all, as idem.h promises). */
+static void on_handle_closed(uv_handle_t *handle) {
   idem_store *store = handle->data;
+  if (--store->handles_open)
+    return;
   if (store->close_cb)
     store->close_cb(store, store->close_arg);
   idem_cache_release(store->cache);
   pthread_mutex_destroy(&store->done_lock);
+  free(store->identity);
   free(store);
-}
-
-/* The async's close, then the check's, then the store is freed. */
-static void on_async_closed(uv_handle_t *handle) {
-  idem_store *store = handle->data;
-  uv_close((uv_handle_t *)&store->done_check, on_store_freed);
 }
 
 static void close_handles(idem_store *store) {
   store->closing = 2; /* handle close under way */
-  uv_close((uv_handle_t *)&store->done_async, on_async_closed);
+  store->handles_open = 2;
+  uv_close((uv_handle_t *)&store->done_async, on_handle_closed);
+  uv_close((uv_handle_t *)&store->done_check, on_handle_closed);
 }
 
 static void finish_close_if_idle(idem_store *store) {
@@ -83,6 +85,10 @@ static void deliver(idem_store *store) {
     store->in_flight--;
     if (store->cache_learn)
       store->cache_learn(store, req);
+    /* a delete through any handle clears the key in every cache of the
+     * process in front of this store, with a cache of its own or not */
+    if (req->op.kind == IDEM_OP_DELETE)
+      idem_cache_bury_store(store->identity, req->op.scope, req->op.key, idem_now_ms());
     req->cb(store, &req->result, req->arg);
     idem_result_clear(&req->result);
     free(req);
@@ -177,12 +183,16 @@ int idem_store_open(struct uv_loop_s *loop, const char *uri, idem_store **out, c
   store->backend = backend;
   store->loop = loop;
   idem_queue_init(&store->done);
-  if (pthread_mutex_init(&store->done_lock, NULL)) {
+  char id[4200];
+  idem_store_identity(uri, id, sizeof id);
+  if (!(store->identity = strdup(id)) || pthread_mutex_init(&store->done_lock, NULL)) {
+    free(store->identity);
     free(store);
     return IDEM_ENOMEM;
   }
   if (uv_async_init(loop, &store->done_async, on_done)) {
     pthread_mutex_destroy(&store->done_lock);
+    free(store->identity);
     free(store);
     return IDEM_ENOMEM;
   }

@@ -35,8 +35,8 @@ static int attach(idem_store *store, const char *cache_uri, char **errmsg) {
   store->cache_answer = answer;
   store->cache_learn = learn;
   if (strncmp(cache_uri, "redis://", 8))
-    return idem_cache_open(cache_uri, &store->cache, errmsg);
-  store->cache = idem_cache_for_claims(cache_uri, PENDING_BYTES, PENDING_TTL_MS);
+    return idem_cache_open(cache_uri, store->identity, &store->cache, errmsg);
+  store->cache = idem_cache_for_claims(cache_uri, store->identity, PENDING_BYTES, PENDING_TTL_MS);
   if (!store->cache)
     return IDEM_ENOMEM;
   /* a Redis that is down opens all the same, and connects when it can */

@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   free(why);
   idem_cache *c = NULL;
   if (!err && !strncmp(s, "memory:", 7)) {
-    if (idem_cache_open(s, &c, NULL))
+    if (idem_cache_open(s, "memory:fuzz", &c, NULL))
       abort();
     idem_record rec = {.state = IDEM_STATE_COMPLETED, .fence = 1, .expires_at = 1000};
     idem_cache_put(c, "scope", "key", &rec, 0, 0);

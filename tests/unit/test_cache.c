@@ -20,7 +20,7 @@
 static idem_cache *open_ok(const char *uri) {
   idem_cache *c = NULL;
   char *why = NULL;
-  int err = idem_cache_open(uri, &c, &why);
+  int err = idem_cache_open(uri, "memory:test", &c, &why);
   if (err)
     print_error("%s: %s\n", uri, why ? why : "");
   assert_int_equal(err, 0);
@@ -34,7 +34,7 @@ static void bad_uris_are_refused_with_a_reason(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     idem_cache *c = NULL;
     char *why = NULL;
-    assert_int_equal(idem_cache_open(bad[i], &c, &why), IDEM_EURI);
+    assert_int_equal(idem_cache_open(bad[i], "memory:test", &c, &why), IDEM_EURI);
     assert_non_null(why);
     free(why);
   }
@@ -199,29 +199,36 @@ static void replays_are_answered_without_the_store(void **state) {
   (void)state;
   idem_sync *cached, *bare;
   /* the ttl outlasts a stalled machine between the complete and the checks */
-  assert_int_equal(idem_sync_open_cached("memory:cache-test", "memory:1MiB?ttl=2s", &cached,
+  assert_int_equal(idem_sync_open_cached("memory:cache-test", "memory:1MiB?ttl=60s", &cached,
                                          NULL), 0);
   assert_int_equal(idem_sync_open("memory:cache-test", &bare, NULL), 0);
+  idem_cache *c = NULL; /* the same cache, held here for its counts */
+  assert_int_equal(idem_cache_open("memory:1MiB?ttl=60s", "memory:cache-test", &c, NULL), 0);
   idem_result res;
   idem_op claim = claim_of("k", "a");
   assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
   idem_op done = {.kind = IDEM_OP_COMPLETE, .key = "k", .fence = res.fence, .ttl_ms = 60000,
                   .response = {.status = 201}};
   assert_int_equal(idem_sync_run(cached, &done, &res), 0);
-  idem_op del = {.kind = IDEM_OP_DELETE, .key = "k"};
-  assert_int_equal(idem_sync_run(bare, &del, &res), 0);
+  uint64_t hits, misses, hits_after;
+  idem_cache_counts(c, &hits, &misses);
   assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_REPLAY);
   assert_int_equal(outcome(cached, claim_of("k", "b")), IDEM_MISMATCH);
-  usleep(2100 * 1000); /* the ttl is what the test is about */
+  idem_cache_counts(c, &hits_after, &misses);
+  assert_int_equal(hits_after, hits + 2); /* both answered here, not by the store */
+  /* a delete through a handle of the process without the cache clears it */
+  idem_op del = {.kind = IDEM_OP_DELETE, .key = "k"};
+  assert_int_equal(idem_sync_run(bare, &del, &res), 0);
   claim = claim_of("k", "a");
   assert_int_equal(idem_sync_run(cached, &claim, &res), 0);
   assert_int_equal(res.outcome, IDEM_CLAIMED);
-  /* completed again; a delete through the cached handle clears it now */
+  /* completed again; a delete through the cached handle clears it too */
   done.fence = res.fence;
   assert_int_equal(idem_sync_run(cached, &done, &res), 0);
   assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_REPLAY);
   assert_int_equal(idem_sync_run(cached, &del, &res), 0);
   assert_int_equal(outcome(cached, claim_of("k", "a")), IDEM_CLAIMED);
+  idem_cache_release(c);
   idem_sync_close(cached);
   idem_sync_close(bare);
 }
@@ -415,6 +422,85 @@ static void a_failed_record_is_never_replayed_from_the_cache(void **state) {
   idem_sync_close(bare);
 }
 
+/* ---- the cache and the stores of a process ---- */
+
+static idem_outcome sync_claim(idem_sync *s, const char *key, const char **body) {
+  idem_op op = {.kind = IDEM_OP_CLAIM, .key = key, .lease_ms = 60000, .ttl_ms = 60000};
+  idem_result r;
+  assert_int_equal(idem_sync_run(s, &op, &r), 0);
+  idem_outcome o = r.outcome;
+  static char kept[64];
+  snprintf(kept, sizeof kept, "%s", r.record && r.record->response.body ? r.record->response.body : "");
+  if (body)
+    *body = kept;
+  idem_result_clear(&r);
+  return o;
+}
+
+static void sync_complete(idem_sync *s, const char *key, const char *body) {
+  idem_op op = {.kind = IDEM_OP_COMPLETE, .key = key, .fence = 1, .ttl_ms = 60000,
+                .response = {.status = 200, .body = body, .body_len = strlen(body)}};
+  idem_result r;
+  assert_int_equal(idem_sync_run(s, &op, &r), 0);
+  idem_result_clear(&r);
+}
+
+/* The cache is one per cache URI and store: store y must not replay what
+ * store x completed (y never saw the key: its request would never run). */
+static void two_stores_with_one_cache_uri_never_answer_from_each_other(void **state) {
+  (void)state;
+  idem_sync *x, *y;
+  char name_x[64], name_y[64];
+  snprintf(name_x, sizeof name_x, "memory:cx-%d", getpid());
+  snprintf(name_y, sizeof name_y, "memory:cy-%d", getpid());
+  assert_int_equal(idem_sync_open_cached(name_x, "memory:1MiB", &x, NULL), 0);
+  assert_int_equal(idem_sync_open_cached(name_y, "memory:1MiB", &y, NULL), 0);
+  assert_int_equal(sync_claim(x, "order-1", NULL), IDEM_CLAIMED);
+  sync_complete(x, "order-1", "from x");
+  const char *body;
+  assert_int_equal(sync_claim(x, "order-1", &body), IDEM_REPLAY);
+  assert_string_equal(body, "from x");
+  assert_int_equal(sync_claim(y, "order-1", NULL), IDEM_CLAIMED);
+  idem_sync_close(x);
+  idem_sync_close(y);
+}
+
+/* idem.h: a delete through any handle of the process clears the key, also
+ * through a handle opened without the cache. */
+static void a_delete_through_a_handle_without_the_cache_clears_it(void **state) {
+  (void)state;
+  idem_sync *cached, *plain;
+  char name[64];
+  snprintf(name, sizeof name, "memory:del-%d", getpid());
+  assert_int_equal(idem_sync_open_cached(name, "memory:1MiB", &cached, NULL), 0);
+  assert_int_equal(idem_sync_open(name, &plain, NULL), 0);
+  assert_int_equal(sync_claim(cached, "k", NULL), IDEM_CLAIMED);
+  sync_complete(cached, "k", "old");
+  assert_int_equal(sync_claim(cached, "k", NULL), IDEM_REPLAY); /* in the cache now */
+  idem_op del = {.kind = IDEM_OP_DELETE, .key = "k"};
+  idem_result r;
+  assert_int_equal(idem_sync_run(plain, &del, &r), 0);
+  idem_result_clear(&r);
+  assert_int_equal(sync_claim(plain, "k", NULL), IDEM_CLAIMED); /* a new run, in flight */
+  assert_int_equal(sync_claim(cached, "k", NULL), IDEM_BUSY);   /* not the old answer */
+  idem_sync_close(cached);
+  idem_sync_close(plain);
+}
+
+/* idem.h: after a failed open the loop must run once more before it is
+ * closed; once is enough (both handles close in one iteration). */
+static void a_failed_open_is_freed_by_one_more_run_of_the_loop(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  idem_store *st = NULL;
+  char *why = NULL;
+  assert_int_not_equal(idem_store_open(&loop, "memory:?", &st, &why), 0);
+  free(why);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(least_recently_used_goes_when_bytes_run_out),
            cmocka_unit_test(trust_ends_with_the_ttl_or_the_record),
@@ -424,4 +510,7 @@ UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(late_reads_never_replace_a_claim_or_a_delete),
            cmocka_unit_test(a_delete_outlives_the_claims_after_it),
            cmocka_unit_test(a_replay_read_before_a_delete_does_not_refill_the_cache),
-           cmocka_unit_test(a_failed_record_is_never_replayed_from_the_cache))
+           cmocka_unit_test(a_failed_record_is_never_replayed_from_the_cache),
+           cmocka_unit_test(two_stores_with_one_cache_uri_never_answer_from_each_other),
+           cmocka_unit_test(a_delete_through_a_handle_without_the_cache_clears_it),
+           cmocka_unit_test(a_failed_open_is_freed_by_one_more_run_of_the_loop))
