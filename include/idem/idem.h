@@ -194,7 +194,9 @@ typedef enum {
 
 typedef struct {
   idem_op_kind kind;
-  const char *scope; /* "" or NULL for none; list: NULL means every scope */
+  /* "" or NULL for none; list: NULL means every scope. At most 255 bytes;
+   * on postgres:// also UTF-8 (a text column), else IDEM_ESCOPE */
+  const char *scope;
   const char *key;   /* a valid key (idem_key_valid); list: resume after it */
   uint8_t fingerprint[IDEM_FINGERPRINT_LEN]; /* claim */
   uint64_t fence;        /* complete, fail, release */

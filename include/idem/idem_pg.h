@@ -43,7 +43,10 @@ IDEM_API int idem_pg_migrate(struct pg_conn *conn, int *from_version,
  * Run one operation (claim, complete, fail, release, get, delete, list, gc)
  * as one statement on conn, in the caller's transaction if one is open. On
  * return res holds a deep copy (free with idem_result_clear) and the function
- * returns res->err. A server error gives IDEM_ESTORE (IDEM_ESCHEMA when the
+ * returns res->err. What the server would refuse is refused before it is
+ * sent, leaving the transaction as it was: input idem_store_submit refuses,
+ * a scope that is not UTF-8 (IDEM_ESCOPE), an answer over 1023 MiB
+ * (IDEM_ETOOBIG). A server error gives IDEM_ESTORE (IDEM_ESCHEMA when the
  * table is missing) and aborts the caller's transaction: roll it back.
  * Under REPEATABLE READ or SERIALIZABLE a concurrent change of the same key
  * is a serialization failure: retry the transaction.

@@ -138,6 +138,9 @@ int idem_store_submit_internal(idem_store *store, const idem_op *op, idem_cb cb,
  * scope, positive bounded durations, fences, response status and sizes.
  * Returns 0 or the IDEM_E* code to refuse it with. */
 int idem_op_validate(const idem_op *op);
+/* Whether op's answer (a complete's, fail's or cache put's) fits max bytes,
+ * headers and body together (max 0: any that idem_op_validate takes). */
+int idem_op_answer_fits(const idem_op *op, size_t max);
 
 /* Complete a req: safe from any thread. */
 void idem_req_finish(idem_req *req);

@@ -289,8 +289,9 @@ static void on_sweep_timer(uv_timer_t *t) {
 
 static void pgs_submit(idem_store *store, idem_req *req) {
   pgs_store *st = store->impl;
-  if (!pgs_available(st)) {
-    idem_req_fail(req, IDEM_ESTORE);
+  int err = idem_pg_op_check(&req->op); /* refused here: in a batch it would fail the batch */
+  if (err || !pgs_available(st)) {
+    idem_req_fail(req, err ? err : IDEM_ESTORE);
     return;
   }
   /* gc locks its rows in expiry order, not key order: alone it cannot
@@ -387,10 +388,5 @@ static int pgs_check(const char *uri, char **errmsg) {
   return err;
 }
 
-/* PostgreSQL takes no message over 1 GiB (its MaxAllocSize), and a
- * complete's Bind carries the answer with the key, scope and the rest:
- * a MiB is left for them. */
-#define PG_ANSWER_MAX (((size_t)1 << 30) - ((size_t)1 << 20))
-
 const idem_backend idem_backend_postgres = {"postgres", pgs_check, pgs_open, pgs_submit,
-                                            pgs_close, PG_ANSWER_MAX};
+                                            pgs_close, IDEM_PG_ANSWER_MAX};

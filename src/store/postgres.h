@@ -120,6 +120,16 @@ int idem_pg_hosts_looked_up(const idem_pg_hosts *h);
 int idem_pg_hosts_lists(const idem_pg_hosts *h, const idem_pg_found *found,
                         const idem_slow_addrs *slow, idem_pg_lists *out);
 
+/* PostgreSQL takes no message over 1 GiB (its MaxAllocSize), and a
+ * complete's Bind carries the answer with the key, scope and the rest:
+ * a MiB is left for them. */
+#define IDEM_PG_ANSWER_MAX (((size_t)1 << 30) - ((size_t)1 << 20))
+
+/* What PostgreSQL would refuse of op, before it is sent: a scope that is
+ * not UTF-8 (a text column: IDEM_ESCOPE), an answer over
+ * IDEM_PG_ANSWER_MAX (IDEM_ETOOBIG). 0 when it may go. */
+int idem_pg_op_check(const idem_op *op);
+
 /* A malloc'd "prefix: text" with text's trailing newline removed. */
 char *idem_pg_message(const char *prefix, const char *text);
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "store/backend.h"
 #include "store/postgres.h"
 #include "store/uri_options.h"
@@ -187,6 +188,24 @@ static int64_t sql_limit(size_t limit) {
   if (!limit)
     return 1000;
   return limit > (size_t)INT64_MAX ? INT64_MAX : (int64_t)limit;
+}
+
+/* Whether s is UTF-8, as a text column takes it. */
+static int pg_text_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+  while (p < end) {
+    size_t n = *p < 0x80 ? 1 : idem_utf8_seq_len(p, (size_t)(end - p));
+    if (!n)
+      return 0;
+    p += n;
+  }
+  return 1;
+}
+
+int idem_pg_op_check(const idem_op *op) {
+  if (op->scope && !pg_text_ok(op->scope))
+    return IDEM_ESCOPE;
+  return idem_op_answer_fits(op, IDEM_PG_ANSWER_MAX) ? 0 : IDEM_ETOOBIG;
 }
 
 int idem_pg_params_build(const idem_op *op, idem_pg_params *p) {

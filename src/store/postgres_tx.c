@@ -21,7 +21,7 @@ int idem_pg_run(PGconn *conn, const idem_op *op, idem_result *res) {
   if (!conn || !op)
     return res->err = IDEM_EINVAL;
   int err = idem_op_validate(op); /* the same rules as idem_store_submit */
-  if (err)
+  if (err || (err = idem_pg_op_check(op)))
     return res->err = err;
   if (PQstatus(conn) != CONNECTION_OK || PQisnonblocking(conn) ||
       PQpipelineStatus(conn) != PQ_PIPELINE_OFF)

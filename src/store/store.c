@@ -321,9 +321,7 @@ static idem_req *req_new(const idem_op *op) {
   return req;
 }
 
-/* Whether op's answer fits what store's backend keeps. */
-static int answer_fits(const idem_store *store, const idem_op *op) {
-  size_t max = store->backend->answer_max;
+int idem_op_answer_fits(const idem_op *op, size_t max) {
   if (!max || (op->kind != IDEM_OP_COMPLETE && op->kind != IDEM_OP_FAIL &&
                op->kind != IDEM_OP_CACHE_PUT))
     return 1;
@@ -331,7 +329,7 @@ static int answer_fits(const idem_store *store, const idem_op *op) {
 }
 
 static int submit(idem_store *store, const idem_op *op, idem_cb cb, void *arg) {
-  if (!answer_fits(store, op))
+  if (!idem_op_answer_fits(op, store->backend->answer_max))
     return IDEM_ETOOBIG;
   idem_req *req = req_new(op);
   if (!req)

@@ -169,9 +169,20 @@ static void rolled_back_claim_leaves_nothing(void **state) {
   assert_int_equal(res.record->response.status, 201);
   assert_memory_equal(res.record->response.body, "ok", 2);
   idem_result_clear(&res);
-  /* invalid input never reaches the server */
+  /* invalid input never reaches the server, nor aborts the transaction:
+   * a key, a scope that is not UTF-8, an answer over 1023 MiB (an address
+   * only: refused before a byte of it is read) */
+  PQclear(PQexec(pg, "BEGIN"));
   op.key = "";
   assert_int_equal(idem_pg_run(pg, &op, &res), IDEM_EKEY);
+  op = claim_op("tx-2");
+  op.scope = "t\xff";
+  assert_int_equal(idem_pg_run(pg, &op, &res), IDEM_ESCOPE);
+  done.response.body = (const char *)(uintptr_t)0x10000;
+  done.response.body_len = ((size_t)1 << 30) - ((size_t)1 << 20) + 1;
+  assert_int_equal(idem_pg_run(pg, &done, &res), IDEM_ETOOBIG);
+  assert_int_equal(PQtransactionStatus(pg), PQTRANS_INTRANS);
+  PQclear(PQexec(pg, "ROLLBACK"));
   PQfinish(pg);
 }
 
@@ -393,6 +404,12 @@ static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
   uv_loop_init(&loop);
   idem_store *store;
   assert_int_equal(idem_store_open(&loop, database("idem_test", "pool=1"), &store, NULL), 0);
+  /* one key the server refuses (a trigger of the test's raises for it) */
+  sql(base_uri, "CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN IF NEW.key = 'batch-refused' THEN RAISE EXCEPTION 'refused'; END IF; "
+                "RETURN NEW; END $$");
+  sql(base_uri, "CREATE TRIGGER idem_test_refuse BEFORE INSERT OR UPDATE ON idem_records "
+                "FOR EACH ROW EXECUTE FUNCTION idem_test_refuse()");
   tally t = {0};
   char keys[10][32];
   for (int i = 0; i < 10; i++) {
@@ -400,13 +417,22 @@ static void one_bad_operation_does_not_take_its_batch_with_it(void **state) {
     idem_op op = claim_op(keys[i]);
     assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
     if (i == 5) {
-      op.scope = "bad \xff scope"; /* not UTF-8: the server refuses it */
+      op.key = "batch-refused";
       assert_int_equal(idem_store_submit(store, &op, count, &t), 0);
     }
   }
   run_until(&loop, &t.done, 11, 10000);
+  sql(base_uri, "DROP TRIGGER idem_test_refuse ON idem_records; DROP FUNCTION idem_test_refuse()");
   assert_int_equal(t.ok, 10);
   assert_int_equal(t.estore, 1);
+  /* a scope the server would refuse (not UTF-8, for a text column) is
+   * refused before it is sent, as the scope it is: IDEM_ESCOPE */
+  idem_op bad = claim_op("batch-bad-scope");
+  bad.scope = "bad \xff scope";
+  tally u = {0};
+  assert_int_equal(idem_store_submit(store, &bad, count, &u), 0);
+  run_until(&loop, &u.done, 1, 10000);
+  assert_int_equal(u.other, 1);
   assert_int_equal(close_store_and_loop(&loop, store), 0);
 }
 
