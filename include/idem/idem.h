@@ -63,7 +63,7 @@ extern "C" {
   X(ESCHEMA, -13, "store schema missing or outdated: run idem migrate")       \
   X(ENOTSTORE, -14, "not an idem store")                                      \
   X(EJSON, -15, "body is not valid JSON")                                     \
-  X(ESCOPE, -16, "scope longer than 255 bytes")                               \
+  X(ESCOPE, -16, "scope longer than 255 bytes, or not text the store keeps")   \
   X(ETOOBIG, -17, "answer larger than this store keeps")
 
 enum {
