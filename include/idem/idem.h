@@ -138,7 +138,7 @@ IDEM_API const char *idem_state_name(idem_state state);
  * postgres:// 1023 MiB. */
 #define IDEM_RESPONSE_PART_MAX ((size_t)1 << 30)
 typedef struct {
-  int status; /* 0 when none */
+  int status; /* 0 when none, else 100..999 (a submit refuses others: IDEM_EINVAL) */
   const char *headers;
   size_t headers_len;
   const char *body;

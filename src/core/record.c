@@ -106,6 +106,8 @@ static int dup_bytes(const char *src, size_t len, const char **dst) {
 }
 
 int idem_record_copy(idem_record *dst, const idem_record *src) {
+  if (!dst || !src)
+    return IDEM_EINVAL;
   *dst = *src;
   dst->scope = dst->key = dst->response.headers = dst->response.body = NULL;
   if (dup_bytes(src->scope, src->scope ? strlen(src->scope) : 0, &dst->scope) ||

@@ -42,7 +42,7 @@ int idem_parse_duration(const char *text, int64_t *ms) {
   } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
   uint64_t n, v;
   const char *unit;
-  if (parse_number_unit(text, &n, &unit))
+  if (!ms || parse_number_unit(text, &n, &unit))
     return IDEM_EINVAL;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
     if (strcmp(unit, units[i].unit))
@@ -67,7 +67,7 @@ int idem_parse_size(const char *text, uint64_t *bytes) {
                {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull}};
   uint64_t n;
   const char *unit;
-  if (parse_number_unit(text, &n, &unit))
+  if (!bytes || parse_number_unit(text, &n, &unit))
     return IDEM_EINVAL;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (!strcmp(unit, units[i].unit))

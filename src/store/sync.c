@@ -44,6 +44,8 @@ int idem_sync_open_cached(const char *uri, const char *cache_uri, idem_sync **ou
                           char **errmsg) {
   if (errmsg)
     *errmsg = NULL;
+  if (!out)
+    return IDEM_EINVAL;
   idem_sync *sync = calloc(1, sizeof *sync);
   if (!sync)
     return IDEM_ENOMEM;
@@ -62,7 +64,11 @@ int idem_sync_open_cached(const char *uri, const char *cache_uri, idem_sync **ou
 }
 
 int idem_sync_run(idem_sync *sync, const idem_op *op, idem_result *res) {
+  if (!res)
+    return IDEM_EINVAL;
   memset(res, 0, sizeof *res);
+  if (!sync)
+    return res->err = IDEM_EINVAL;
   waiter w = {.out = res};
   int err = idem_store_submit(sync->store, op, on_result, &w);
   if (err) {

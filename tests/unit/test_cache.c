@@ -489,6 +489,19 @@ static void a_delete_through_a_handle_without_the_cache_clears_it(void **state) 
 
 /* idem.h: after a failed open the loop must run once more before it is
  * closed; once is enough (both handles close in one iteration). */
+/* NULL where a handle or a result belongs: IDEM_EINVAL, not a crash */
+static void the_sync_api_refuses_null(void **state) {
+  (void)state;
+  idem_op op = {.kind = IDEM_OP_GET, .key = "k"};
+  idem_result r;
+  assert_int_equal(idem_sync_open("memory:", NULL, NULL), IDEM_EINVAL);
+  assert_int_equal(idem_sync_run(NULL, &op, &r), IDEM_EINVAL);
+  idem_sync *s;
+  assert_int_equal(idem_sync_open("memory:", &s, NULL), 0);
+  assert_int_equal(idem_sync_run(s, &op, NULL), IDEM_EINVAL);
+  idem_sync_close(s);
+}
+
 static void a_failed_open_is_freed_by_one_more_run_of_the_loop(void **state) {
   (void)state;
   uv_loop_t loop;
@@ -513,4 +526,5 @@ UNIT_TESTS(cmocka_unit_test(bad_uris_are_refused_with_a_reason),
            cmocka_unit_test(a_failed_record_is_never_replayed_from_the_cache),
            cmocka_unit_test(two_stores_with_one_cache_uri_never_answer_from_each_other),
            cmocka_unit_test(a_delete_through_a_handle_without_the_cache_clears_it),
-           cmocka_unit_test(a_failed_open_is_freed_by_one_more_run_of_the_loop))
+           cmocka_unit_test(a_failed_open_is_freed_by_one_more_run_of_the_loop),
+           cmocka_unit_test(the_sync_api_refuses_null))

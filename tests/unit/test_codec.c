@@ -113,6 +113,8 @@ static void copy_is_deep(void **state) {
   idem_record r = sample(), copy;
   r.scope = "tenant";
   r.key = "key-1";
+  assert_int_equal(idem_record_copy(NULL, &r), IDEM_EINVAL);
+  assert_int_equal(idem_record_copy(&copy, NULL), IDEM_EINVAL);
   assert_int_equal(idem_record_copy(&copy, &r), 0);
   assert_ptr_not_equal(copy.response.body, r.response.body);
   assert_memory_equal(copy.response.body, "x\0y", 3);

@@ -102,6 +102,10 @@ static void sizes(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     if (idem_parse_size(bad[i], &b) != IDEM_EINVAL)
       fail_msg("accepted bad size '%s'", bad[i]);
+  /* nowhere to put it: refused, as a NULL text is */
+  assert_int_equal(idem_parse_size("1", NULL), IDEM_EINVAL);
+  assert_int_equal(idem_parse_size(NULL, &b), IDEM_EINVAL);
+  assert_int_equal(idem_parse_duration("1s", NULL), IDEM_EINVAL);
 }
 
 static void errors_have_names(void **state) {
