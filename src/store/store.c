@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "store/backend.h"
-#include "store/store_id.h"
 #include "store/cache.h"
+#include "store/store_id.h"
 
 /* Every scheme idem knows, and its backend: NULL when this build leaves the
  * store out (-DIDEM_REDIS=OFF, -DIDEM_POSTGRES=OFF), so that its URIs are
