@@ -81,6 +81,16 @@ static void on_store(idem_store *st, const idem_result *res, void *arg) {
   if (res->err == IDEM_ENOTFOUND || (!res->err && !is_get && res->count == 0) ||
       (!res->err && is_get && !res->record)) {
     gw_admin_reply_problem(r, 404, "no-record", "No record", "no record for this key and scope");
+  } else if (res->err && !is_get) {
+    /* a delete goes to the store only once a shared cache dropped its
+     * copy: say that either may be the one away, and log it (an error) */
+    gw_admin *a = q->a;
+    int shared = a->cfg->cache_uri && !strncmp(a->cfg->cache_uri, "redis://", 8);
+    char detail[300];
+    snprintf(detail, sizeof detail, "%s%s; nothing was deleted: try again", idem_strerror(res->err),
+             shared ? " (the store, or the shared cache, which must drop its copy first)" : "");
+    fprintf(stderr, "idem serve: admin: delete of key '%s' failed: %s\n", q->key, detail);
+    gw_admin_reply_problem(r, 503, "store-unavailable", "Store unavailable", detail);
   } else if (res->err) {
     gw_admin_reply_problem(r, 503, "store-unavailable", "Store unavailable",
                            idem_strerror(res->err));

@@ -186,9 +186,27 @@ static void answer_mismatch(gw_exchange *ex) {
 
 /* ---- store failures ---- */
 
+/* A store that is away fails every request's claim: one line a second per
+ * worker, with the count it stood for, not one line per request. */
+static void log_store_failure(gw_exchange *ex, const char *op, int err) {
+  gw_worker *w = ex->w;
+  uint64_t now = uv_now(&w->loop);
+  if (now < w->store_log_next) {
+    w->store_log_quiet++;
+    return;
+  }
+  w->store_log_next = now + 1000;
+  char more[96] = "";
+  if (w->store_log_quiet)
+    snprintf(more, sizeof more, " (and %u more store failures since the last such line)",
+             w->store_log_quiet);
+  w->store_log_quiet = 0;
+  fprintf(stderr, "idem serve: store %s of key '%s' failed: %s%s\n", op, ex->idem.key,
+          idem_strerror(err), more);
+}
+
 static void store_failed(gw_exchange *ex, const char *op, int err) {
-  fprintf(stderr, "idem serve: store %s of key '%s' failed: %s\n", op, ex->idem.key,
-          idem_strerror(err));
+  log_store_failure(ex, op, err);
   if (ex->w->cfg->fail_open || shadow(ex)) { /* shadow blocks nothing */
     ex->idem.bypass = 1;
     forward(ex);

@@ -65,6 +65,8 @@ struct gw_worker {
   uv_async_t stop_async;
   idem_store *store;      /* NULL while the store cannot be opened */
   uint64_t store_retry_at; /* uv_now of the next open attempt */
+  uint64_t store_log_next; /* uv_now before which a failed claim is not logged */
+  unsigned store_log_quiet; /* failed claims not logged since the last line */
   upstream_pool *pool;
   gw_spool *spool;        /* the process's spool, NULL when off */
   uv_timer_t drain_timer; /* worker 0: drains the spool into the store */

@@ -122,6 +122,10 @@ class Cache(GatewayTestCase):
         cache.kill()
         r = a.admin_request("DELETE", "/keys/g1")
         self.assertEqual(r.status, 503, r)
+        # the answer and the log say the cache may be the one away
+        self.assertIn("shared cache", r.json()["detail"])
+        self.assertIn("nothing was deleted", r.json()["detail"])
+        self.assertIn("admin: delete of key 'g1' failed", self.gw_log())
         self.assertEqual(a.admin_request("GET", "/keys/g1").status, 200)  # still there
         cache.start()
         wait_for(lambda: a.admin_request("DELETE", "/keys/g1").status == 204, 20,

@@ -188,6 +188,21 @@ class RedisOutage(GatewayTestCase):
                  30, interval=0.05, what="the replay from every worker")
         self.assertEqual(self.up.count("early"), 1)
 
+    def test_an_outage_is_logged_a_line_a_second_not_a_line_a_request(self):
+        # every claim fails while Redis is down: one line a second per
+        # worker, the next one counting the failures it stood for
+        self.redis.kill()
+        gw = self.start_gateway(self.up, "--workers", "1", store=self.redis.uri)
+        lines = lambda: self.gw_log().count("store claim of key")  # noqa: E731
+        t0 = time.monotonic()
+        for i in range(40):
+            self.assertProblem(gw.request("POST", "/orders", body=b"a", key="o-%d" % i), 503)
+        self.assertLessEqual(lines(), int(time.monotonic() - t0) + 2, self.ctx())
+        # a failure past the second is logged, with the count
+        wait_for(lambda: gw.request("POST", "/orders", body=b"a", key="o-next").status == 503 and
+                 "more store failures since the last such line" in self.gw_log(), 10,
+                 interval=0.2, what="the count of the failures not logged")
+
     def test_an_answer_not_kept_says_when_the_lease_ends(self):
         # --spool off: Redis killed while the upstream runs, the answer has
         # nowhere to go; the 503 says to come back when the lease ends (a
