@@ -214,8 +214,8 @@ static void learn(idem_store *store, const idem_req *req) {
     shared_forget(store, op);
     break;
   case IDEM_OP_DELETE:
-    /* again, now it is done: a replay read before it may still come in */
-    idem_cache_bury(store->cache, op->scope, op->key, idem_now_ms());
+    /* buried again now it is done (a replay read before it may still come
+     * in) by store.c, in every cache of the process on this store */
     shared_forget(store, op);
     break;
   case IDEM_OP_GET:
