@@ -138,9 +138,10 @@ static const char *header(const amsg *m, const char *name) {
 #define COUNTED_MAX 1000000u
 static unsigned counted_before(const amsg *m) {
   const char *v = header(m, "x-idem-deliveries");
-  if (!v || header(m, "x-idem-reason") || !*v || strspn(v, "0123456789") != strlen(v))
+  size_t n = v ? strlen(v) : 0;
+  if (!n || header(m, "x-idem-reason") || strspn(v, "0123456789") != n)
     return 0;
-  if (strlen(v) > 6)
+  if (n > 6)
     return COUNTED_MAX;
   return (unsigned)strtoul(v, NULL, 10);
 }

@@ -228,8 +228,7 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
       if (!strcasecmp(keys[i], "Nats-Msg-Id")) {
         m->m.message_id = h->value;
         m->m.message_id_len = h->value_len;
-      }
-      else if (!strcasecmp(keys[i], "Content-Type"))
+      } else if (!strcasecmp(keys[i], "Content-Type"))
         m->m.content_type = h->value;
     }
   }

@@ -55,6 +55,14 @@ char *idem_pct_decode_dup(const char *s, size_t n) {
   return d;
 }
 
+char *idem_join(const char *a, const char *sep, const char *b) {
+  size_t n = strlen(a) + strlen(sep) + strlen(b) + 1;
+  char *s = malloc(n);
+  if (s)
+    snprintf(s, n, "%s%s%s", a, sep, b);
+  return s;
+}
+
 int idem_errf(char *err, size_t len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -26,6 +26,10 @@ int idem_pct_decode(const char *s, size_t n, char *out, size_t cap, int flags);
  * out of memory. */
 char *idem_pct_decode_dup(const char *s, size_t n);
 
+/* a, sep, b joined into a malloc'd string ("text: uri"); NULL when out of
+ * memory. */
+char *idem_join(const char *a, const char *sep, const char *b);
+
 /* Write a sentence into err (len bytes) and return -1, for parsers that
  * answer "0, or -1 with a sentence". */
 int idem_errf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -163,7 +163,6 @@ struct gw_exchange {
   uint64_t up_head_ns; /* the head of its answer came back */
 };
 
-/* Count ex's outcome (metrics.h) and keep it for the access log. */
 /* len bytes at p as uv_buf_t pieces at bufs: one, or two for a length a
  * uv_buf_t's unsigned len cannot hold (--max-body and --max-response go
  * up to 4 GiB, one more than UINT_MAX). The pieces made. */
@@ -178,6 +177,7 @@ static inline unsigned gw_bufs_put(uv_buf_t *bufs, const char *p, size_t len) {
   return 2;
 }
 
+/* Count ex's outcome (metrics.h) and keep it for the access log. */
 static inline void gw_exchange_outcome(gw_exchange *ex, gw_outcome o) {
   ex->outcome = (int)o + 1;
   gw_metrics_outcome(o);

@@ -1,9 +1,7 @@
 /* spool.c - durable answers while the store is away (see spool.h). */
 #include "http/spool.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -27,6 +27,7 @@
 #include "core/queue.h"
 #include "core/otable.h"
 #include "core/scoped_key.h"
+#include "core/text.h"
 #include "store/cache.h"
 #if IDEM_WITH_REDIS
 #include "store/redis.h"
@@ -385,11 +386,7 @@ static idem_cache *shared(const char *name, uint64_t max, int64_t ttl) {
 /* A registry name: what the cache is, then "\n" and its store's identity
  * (no URI holds a newline). */
 static char *cache_name(const char *what, const char *store_id) {
-  size_t n = strlen(what) + strlen(store_id) + 2;
-  char *name = malloc(n);
-  if (name)
-    snprintf(name, n, "%s\n%s", what, store_id);
-  return name;
+  return idem_join(what, "\n", store_id);
 }
 
 int idem_cache_open(const char *uri, const char *store_id, idem_cache **out, char **why) {

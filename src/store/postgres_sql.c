@@ -442,13 +442,9 @@ void idem_pg_log_notices(PGconn *pg, const char *who) {
 }
 
 char *idem_pg_message(const char *prefix, const char *text) {
-  if (!text)
-    text = "";
-  size_t n = strlen(prefix) + strlen(text) + 3;
-  char *m = malloc(n);
+  char *m = idem_join(prefix, ": ", text ? text : "");
   if (!m)
     return NULL;
-  snprintf(m, n, "%s: %s", prefix, text);
   /* libpq's messages end in a newline and may continue on tab-led lines:
    * make one line of it */
   size_t len = 0;

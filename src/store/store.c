@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "store/backend.h"
 #include "store/cache.h"
 #include "store/store_id.h"
@@ -39,13 +40,7 @@ static int find_scheme(const char *uri) {
   return -1;
 }
 
-static char *message(const char *text, const char *uri) {
-  size_t n = strlen(text) + strlen(uri) + 4;
-  char *m = malloc(n);
-  if (m)
-    snprintf(m, n, "%s: %s", text, uri);
-  return m;
-}
+static char *message(const char *text, const char *uri) { return idem_join(text, ": ", uri); }
 
 /* Both handles closed (in the same loop iteration: one more run of the
  * loop after a failed open frees it all, as idem.h promises). */
