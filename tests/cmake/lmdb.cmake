@@ -6,7 +6,7 @@
 # handles sharing one environment.
 add_executable(lmdb_store ${CMAKE_CURRENT_SOURCE_DIR}/lmdb/lmdb_store.c)
 target_include_directories(lmdb_store PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(lmdb_store PRIVATE idem_static PkgConfig::CMOCKA)
+target_link_libraries(lmdb_store PRIVATE idem_internal PkgConfig::CMOCKA)
 add_test(NAME lmdb.store COMMAND lmdb_store)
 set_tests_properties(lmdb.store PROPERTIES TIMEOUT 300 LABELS "contract;lmdb")
 
@@ -14,6 +14,6 @@ set_tests_properties(lmdb.store PROPERTIES TIMEOUT 300 LABELS "contract;lmdb")
 # random moments; every acknowledged record must survive (60 cycles, ~5-15 s).
 add_executable(lmdb_crash ${CMAKE_CURRENT_SOURCE_DIR}/lmdb/lmdb_crash.c)
 target_include_directories(lmdb_crash PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(lmdb_crash PRIVATE idem_static)
+target_link_libraries(lmdb_crash PRIVATE idem_internal)
 add_test(NAME lmdb.crash COMMAND ${SUPPORT}/with-tempdir.sh $<TARGET_FILE:lmdb_crash> "{TMP}" 100)
 set_tests_properties(lmdb.crash PROPERTIES TIMEOUT 300 LABELS "crash;lmdb")

@@ -12,7 +12,7 @@ set_property(TEST contract.postgres contract.postgres_cached APPEND PROPERTY ENV
 
 # examples/pg_exactly_once.c: the in-transaction API, built with the tests.
 add_executable(pg_exactly_once ${PROJECT_SOURCE_DIR}/examples/pg_exactly_once.c)
-target_link_libraries(pg_exactly_once PRIVATE idem_static)
+target_link_libraries(pg_exactly_once PRIVATE idem_internal)
 
 # The example, end to end: a saga run twice writes each step once.
 add_test(NAME example.pg_exactly_once
@@ -43,7 +43,7 @@ target_include_directories(postgres_store PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 foreach(t postgres_store postgres_mirror)
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_definitions(${t} PRIVATE IDEM_TEST_SUPPORT="${SUPPORT}")
-  target_link_libraries(${t} PRIVATE idem_static PkgConfig::CMOCKA)
+  target_link_libraries(${t} PRIVATE idem_internal PkgConfig::CMOCKA)
 endforeach()
 add_test(NAME postgres.store COMMAND ${SUPPORT}/with-postgres.sh $<TARGET_FILE:postgres_store>)
 add_test(NAME postgres.mirror COMMAND ${SUPPORT}/with-postgres.sh $<TARGET_FILE:postgres_mirror>)

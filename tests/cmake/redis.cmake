@@ -10,7 +10,7 @@ endif()
 add_executable(redis_store ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_store.c
                            ${CMAKE_CURRENT_SOURCE_DIR}/support/slow_dns.c)
 target_include_directories(redis_store PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(redis_store PRIVATE idem_static PkgConfig::CMOCKA)
+target_link_libraries(redis_store PRIVATE idem_internal PkgConfig::CMOCKA)
 add_test(NAME redis.store COMMAND ${SUPPORT}/with-redis.sh $<TARGET_FILE:redis_store> "{REDIS_URI}")
 set_tests_properties(redis.store PROPERTIES TIMEOUT 300 LABELS "contract;redis")
 
@@ -20,7 +20,7 @@ set_tests_properties(redis.store PROPERTIES TIMEOUT 300 LABELS "contract;redis")
 # wait_replicas=N against a replica the test starts itself.
 add_executable(redis_wait ${CMAKE_CURRENT_SOURCE_DIR}/redis/redis_wait.c)
 target_include_directories(redis_wait PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(redis_wait PRIVATE idem_static PkgConfig::CMOCKA)
+target_link_libraries(redis_wait PRIVATE idem_internal PkgConfig::CMOCKA)
 add_test(NAME redis.wait COMMAND ${SUPPORT}/with-redis.sh $<TARGET_FILE:redis_wait> "{REDIS_URI}")
 set_tests_properties(redis.wait PROPERTIES TIMEOUT 300 LABELS "contract;redis")
 

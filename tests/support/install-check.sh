@@ -20,6 +20,22 @@ cc -std=c11 -Wall -Wextra -Werror "$src/examples/claim_once.c" $(pkg-config --cf
   "$(pkg-config --variable=libdir idem)/libidem.a" \
   $(pkg-config --libs libuv $(pkg-config --print-requires-private idem)) -lpthread -lm \
   -o "$tmp/claim_once_static"
+# libidem.a keeps its internals local: a program with functions of its own
+# named like internal ones links against it, as against libidem.so
+cat >"$tmp/clash.c" <<'EOF'
+#include <idem/idem.h>
+int lmdb_error(int rc) { return rc; }
+int settings_set(void) { return 0; }
+int json_pointer_valid(void) { return 1; }
+int main(void) { return lmdb_error(0) + settings_set() + !json_pointer_valid() + !idem_strerror(0); }
+EOF
+cc -std=c11 -Wall -Wextra -Werror "$tmp/clash.c" $(pkg-config --cflags idem) \
+  "$(pkg-config --variable=libdir idem)/libidem.a" \
+  $(pkg-config --libs libuv $(pkg-config --print-requires-private idem)) -lpthread -lm \
+  -o "$tmp/clash"
+"$tmp/clash"
+global=$(nm -g --defined-only "$(pkg-config --variable=libdir idem)/libidem.a" | awk 'NF == 3 && $3 !~ /^idem_/ {print $3}')
+[[ -z $global ]] || { echo "libidem.a: global symbols outside idem_: $global" >&2; exit 1; }
 if pkg-config --print-requires-private idem | grep -qx libpq; then
   test -f "$tmp/prefix/include/idem/idem_pg.h"
   cc -std=c11 -Wall -Wextra -Werror "$src/examples/pg_exactly_once.c" \
