@@ -108,7 +108,7 @@ IDEM_API int idem_key_valid(const char *key, size_t len);
 /*
  * SHA-256 over method, target and body, each length-prefixed so that no two
  * different triples collide by concatenation. NULL method or target count as
- * empty.
+ * empty. flags: 0 or IDEM_FP_CANONICAL_JSON; any other bit is IDEM_EINVAL.
  */
 IDEM_API int idem_fingerprint(const char *method, const char *target,
                               const void *body, size_t body_len, unsigned flags,
@@ -161,7 +161,9 @@ typedef struct {
 
 /*
  * Versioned binary encoding of a record (scope and key travel beside it, as
- * the store's key). idem_record_encode writes idem_record_encoded_len() bytes.
+ * the store's key). idem_record_encode writes idem_record_encoded_len() bytes
+ * of a valid record (response status 0 or 100..999; stores check it at
+ * submit): anything else is written as given, and decode refuses it.
  * idem_record_decode checks every byte and points rec's response into buf (no
  * copy): IDEM_ECORRUPT for truncated or garbage input, IDEM_EVERSION for an
  * unknown version.

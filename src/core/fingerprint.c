@@ -46,7 +46,8 @@ int idem_fingerprint(const char *method, const char *target, const void *body,
   char *canon = NULL;
   size_t canon_len = 0;
   int err;
-  if (!out || (!body && body_len > 0)) return IDEM_EINVAL;
+  if (!out || (!body && body_len > 0) || (flags & ~IDEM_FP_CANONICAL_JSON))
+    return IDEM_EINVAL;
   if (!method) method = "";
   if (!target) target = "";
   if (flags & IDEM_FP_CANONICAL_JSON) {

@@ -171,6 +171,12 @@ static void test_arguments(void **state) {
       idem_fingerprint("POST", "/", NULL, 1, IDEM_FP_CANONICAL_JSON, fp),
       IDEM_EINVAL);
   assert_int_equal(idem_fingerprint("POST", "/", NULL, 0, 0, fp), 0);
+  /* a flag this version does not know is refused, not ignored: a caller
+   * asking for a treatment it would not get must hear so */
+  assert_int_equal(idem_fingerprint("POST", "/", "{}", 2, 2u, fp), IDEM_EINVAL);
+  assert_int_equal(
+      idem_fingerprint("POST", "/", "{}", 2, IDEM_FP_CANONICAL_JSON | 0x80000000u, fp),
+      IDEM_EINVAL);
 }
 
 UNIT_TESTS(cmocka_unit_test(test_known_answers),
