@@ -25,9 +25,11 @@ gateway=$!
 # background and the script waits for it: a SIGTERM or Ctrl-C to the
 # script is passed on at once, and the gateway finishes what is in flight
 trap 'kill -TERM $gateway 2>/dev/null || true' INT TERM
+while kill -0 $gateway 2>/dev/null; do
+  wait $gateway || true # returns early (128+signal) when a trapped signal comes
+done
+# bash keeps an exited child's status: the script exits with the gateway's
+# own (0 after a SIGTERM drain), not with the interrupted wait's 143
 status=0
 wait $gateway || status=$?
-while kill -0 $gateway 2>/dev/null; do # wait returned early for the signal
-  wait $gateway || status=$?
-done
 exit $status

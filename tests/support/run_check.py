@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""run_check.py SOURCE_DIR - the README's first command, as a newcomer runs it:
+scripts/run.sh in a copy of the tree (the files git knows, so the build is
+fresh), then the README's walk-through against it: the same request twice
+gives one order and a replay, another body under the key is 422, the example
+API counts one order; SIGTERM to the script stops the gateway and the API,
+and the script exits 0. Its fixed ports (8080 to 8082) must be free."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.abspath(sys.argv[1])
+sys.path.insert(0, os.path.join(SRC, "tests", "e2e"))
+from harness import wait_for  # noqa: E402
+
+PORTS = {"upstream": 8080, "gateway": 8081, "admin": 8082}
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("run check: FAILED: " + what)
+    print("ok  " + what)
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def copy_tree(dest):
+    files = subprocess.run(["git", "-C", SRC, "ls-files", "-z"], capture_output=True,
+                           check=True).stdout.split(b"\0")
+    for f in filter(None, files):
+        src, dst = os.path.join(SRC.encode(), f), os.path.join(dest.encode(), f)
+        if os.path.lexists(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def post(body, key="order-7"):
+    c = http.client.HTTPConnection("127.0.0.1", PORTS["gateway"], timeout=10)
+    c.request("POST", "/orders", body=body, headers={"Idempotency-Key": key})
+    r = c.getresponse()
+    out = (r.status, r.read(), r.getheader("Idempotent-Replayed"))
+    c.close()
+    return out
+
+
+def orders_created():
+    c = http.client.HTTPConnection("127.0.0.1", PORTS["upstream"], timeout=10)
+    c.request("GET", "/")
+    n = json.loads(c.getresponse().read())["orders_created"]
+    c.close()
+    return n
+
+
+def walk_through(proc):
+    # the build comes first: minutes on two cores
+    wait_for(lambda: proc.poll() is not None or port_open(PORTS["gateway"]), timeout=900,
+             interval=0.2, what="the gateway to listen")
+    check(proc.poll() is None, "run.sh built and started the gateway on 127.0.0.1:8081")
+    check(port_open(PORTS["admin"]), "its admin listener answers on 127.0.0.1:8082")
+    first, second = post(b'{"sku":"tea"}'), post(b'{"sku":"tea"}')
+    check(first[0] == 201 and first[2] is None, "the first request ran: %r" % (first,))
+    check(second[0] == 201 and second[1] == first[1] and second[2] == "true",
+          "the retry got the same order id, marked Idempotent-Replayed: true")
+    check(post(b'{"sku":"coffee"}')[0] == 422, "another body under the key: 422")
+    check(orders_created() == 1, "the orders API saw one request")
+
+
+def main():
+    busy = [p for p in PORTS.values() if port_open(p)]
+    check(not busy, "ports 8080 to 8082 free (busy: %s)" % busy)
+    tmp = tempfile.mkdtemp(prefix="idem-run-check.")
+    proc = None
+    try:
+        copy_tree(tmp)
+        log = open(os.path.join(tmp, "run.log"), "wb")
+        proc = subprocess.Popen([os.path.join(tmp, "scripts", "run.sh")], cwd=tmp,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            walk_through(proc)
+        except (SystemExit, Exception):
+            print(open(os.path.join(tmp, "run.log"), errors="replace").read()[-4000:])
+            raise
+        check(os.path.isfile(os.path.join(tmp, "idem-data", "data.mdb")),
+              "the records are in ./idem-data")
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        check(rc == 0, "SIGTERM to run.sh: it exits 0 (got %d)" % rc)
+        wait_for(lambda: not any(port_open(p) for p in PORTS.values()), timeout=30,
+                 what="ports 8080 to 8082 to close")
+        check(True, "the gateway and the example API are stopped")
+    finally:
+        if proc and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("run check: passed")
+
+
+if __name__ == "__main__":
+    main()
