@@ -36,8 +36,13 @@ def port_open(port):
 
 
 def copy_tree(dest):
-    files = subprocess.run(["git", "-C", SRC, "ls-files", "-z"], capture_output=True,
-                           check=True).stdout.split(b"\0")
+    listed = subprocess.run(["git", "-C", SRC, "ls-files", "-z"], capture_output=True)
+    if listed.returncode != 0:  # not a clone: everything but builds and records
+        shutil.rmtree(dest)
+        shutil.copytree(SRC, dest, symlinks=True, ignore=shutil.ignore_patterns(
+            "build*", ".git", "idem-data"))
+        return
+    files = listed.stdout.split(b"\0")
     for f in filter(None, files):
         src, dst = os.path.join(SRC.encode(), f), os.path.join(dest.encode(), f)
         if os.path.lexists(src):
