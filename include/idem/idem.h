@@ -64,7 +64,8 @@ extern "C" {
   X(ENOTSTORE, -14, "not an idem store")                                      \
   X(EJSON, -15, "body is not valid JSON")                                     \
   X(ESCOPE, -16, "scope longer than 255 bytes, or not text the store keeps")   \
-  X(ETOOBIG, -17, "answer larger than this store keeps")
+  X(ETOOBIG, -17, "answer larger than this store keeps")                     \
+  X(ERETRY, -18, "serialization failure or deadlock: retry the transaction")
 
 enum {
   IDEM_OK = 0,

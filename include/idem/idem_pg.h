@@ -49,7 +49,9 @@ IDEM_API int idem_pg_migrate(struct pg_conn *conn, int *from_version,
  * (IDEM_ETOOBIG). A server error gives IDEM_ESTORE (IDEM_ESCHEMA when the
  * table is missing) and aborts the caller's transaction: roll it back.
  * Under REPEATABLE READ or SERIALIZABLE a concurrent change of the same key
- * is a serialization failure: retry the transaction.
+ * is a serialization failure, and two transactions can deadlock on rows:
+ * both give IDEM_ERETRY (SQLSTATE 40001, 40P01), which also aborts the
+ * transaction: roll it back and run it again from its start.
  */
 IDEM_API int idem_pg_run(struct pg_conn *conn, const idem_op *op,
                          idem_result *res);

@@ -62,6 +62,9 @@ int idem_pg_result_fill(const idem_op *op, const PGresult *pg, idem_result *res,
 /* The IDEM_E* code for a failed PGresult: IDEM_ESCHEMA when the table is
  * missing (undefined table/column/function), IDEM_ESTORE otherwise. */
 int idem_pg_error_code(const PGresult *pg);
+/* Whether a failed PGresult is a serialization failure or a deadlock
+ * (SQLSTATE 40001, 40P01): the transaction may succeed if run again. */
+int idem_pg_must_retry(const PGresult *pg);
 
 /* The schema version a connection sees (0: no schema), blocking. */
 int idem_pg_schema_version(PGconn *conn, int *version, char **errmsg);

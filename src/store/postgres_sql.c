@@ -310,6 +310,11 @@ int idem_pg_error_code(const PGresult *pg) {
   return IDEM_ESTORE;
 }
 
+int idem_pg_must_retry(const PGresult *pg) {
+  const char *state = pg ? PQresultErrorField(pg, PG_DIAG_SQLSTATE) : NULL;
+  return state && (!strcmp(state, "40001") || !strcmp(state, "40P01"));
+}
+
 /* A claim's row: the outcome, the lease's time left, the record. 0 rows or
  * outcome 0: the row was not in the statement's snapshot (CLAIM_AGAIN). */
 #define CLAIM_AGAIN 1

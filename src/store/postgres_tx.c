@@ -37,6 +37,8 @@ int idem_pg_run(PGconn *conn, const idem_op *op, idem_result *res) {
     PGresult *pg = PQexecParams(conn, s->sql, p.n, s->types, p.values, p.lengths,
                                 p.formats, 1);
     again = idem_pg_result_fill(op, pg, res, NULL);
+    if (res->err == IDEM_ESTORE && idem_pg_must_retry(pg))
+      res->err = IDEM_ERETRY; /* the caller's transaction, not the store, failed */
     PQclear(pg);
   }
   return again ? (res->err = IDEM_ESTORE) : res->err;

@@ -186,6 +186,38 @@ static void rolled_back_claim_leaves_nothing(void **state) {
   PQfinish(pg);
 }
 
+/* Under REPEATABLE READ, a complete of a row another transaction completed
+ * since this one's snapshot is a serialization failure: IDEM_ERETRY, so the
+ * caller knows to run its transaction again, not that the store failed. */
+static void serialization_failure_says_retry(void **state) {
+  (void)state;
+  PGconn *a = PQconnectdb(base_uri), *b = PQconnectdb(base_uri);
+  assert_int_equal(PQstatus(a), CONNECTION_OK);
+  assert_int_equal(PQstatus(b), CONNECTION_OK);
+  idem_op op = claim_op("rr-1");
+  idem_result res;
+  assert_int_equal(idem_pg_run(b, &op, &res), 0);
+  assert_int_equal(res.outcome, IDEM_CLAIMED);
+  PQclear(PQexec(a, "BEGIN ISOLATION LEVEL REPEATABLE READ"));
+  idem_op get = {.kind = IDEM_OP_GET, .scope = "t", .key = "rr-1"};
+  assert_int_equal(idem_pg_run(a, &get, &res), 0); /* the snapshot: claimed */
+  idem_result_clear(&res);
+  idem_op done = {.kind = IDEM_OP_COMPLETE, .scope = "t", .key = "rr-1", .fence = 1,
+                  .ttl_ms = 60000, .response = {.status = 200, .body = "b", .body_len = 1}};
+  assert_int_equal(idem_pg_run(b, &done, &res), 0);
+  done.response.body = "a";
+  assert_int_equal(idem_pg_run(a, &done, &res), IDEM_ERETRY);
+  assert_int_equal(PQtransactionStatus(a), PQTRANS_INERROR);
+  PQclear(PQexec(a, "ROLLBACK"));
+  /* run again, the transaction sees the answer b kept */
+  assert_int_equal(idem_pg_run(a, &get, &res), 0);
+  assert_int_equal(res.record->state, IDEM_STATE_COMPLETED);
+  assert_memory_equal(res.record->response.body, "b", 1);
+  idem_result_clear(&res);
+  PQfinish(a);
+  PQfinish(b);
+}
+
 /* ---- outage ------------------------------------------------------------- */
 
 typedef struct {
@@ -758,6 +790,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(migrate_is_idempotent_and_refuses_newer),
       cmocka_unit_test(uri_options_are_checked),
       cmocka_unit_test(rolled_back_claim_leaves_nothing),
+      cmocka_unit_test(serialization_failure_says_retry),
       cmocka_unit_test(refused_claims_write_no_row_version),
       cmocka_unit_test(claim_waiting_on_a_newer_row_reads_it),
       cmocka_unit_test(one_bad_operation_does_not_take_its_batch_with_it),
