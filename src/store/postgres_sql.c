@@ -21,6 +21,8 @@
  * still locked by this one. Replaced: a DO UPDATE that always touched the
  * row to record its decision, one row version per replay.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -639,17 +641,61 @@ static int bad_ports(const char *v) {
   return 0;
 }
 
-static int bad_sslmode(const char *v) {
-  static const char *const modes[] = {"disable", "allow", "prefer", "require", "verify-ca",
-                                      "verify-full"};
-  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
-    if (!strcmp(v, modes[i]))
+/* libpq's integer options: what it refuses only when it connects is an int,
+ * optionally signed, with blanks around it allowed. */
+static int is_int_option(const char *keyword) {
+  static const char *const ints[] = {"connect_timeout", "keepalives", "keepalives_idle",
+                                     "keepalives_interval", "keepalives_count",
+                                     "tcp_user_timeout"};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (!strcmp(keyword, ints[i]))
+      return 1;
+  return 0;
+}
+
+static int bad_int(const char *v) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  while (*end == ' ' || *end == '\t')
+    end++;
+  return end == v || *end || errno || n < INT_MIN || n > INT_MAX;
+}
+
+static int bad_choice(const char *v, const char *const *choices, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(v, choices[i]))
       return 0;
   return 1;
 }
 
-/* What libpq would refuse in the URI (its syntax, a port, an sslmode), as
- * a message; NULL when it takes it. Found here, it is a malformed --store
+static const char *const ssl_modes[] = {"disable", "allow", "prefer", "require", "verify-ca",
+                                        "verify-full"};
+static const char *const session_attrs[] = {"any", "read-write", "read-only", "primary",
+                                            "standby", "prefer-standby"};
+static const char *const gss_modes[] = {"disable", "prefer", "require"};
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The option o of a conninfo as libpq will refuse it when it connects, as a
+ * sentence; NULL when it takes it. */
+static const char *bad_libpq_option(const PQconninfoOption *o) {
+  if (!strcmp(o->keyword, "port") && bad_ports(o->val))
+    return "the port must be a number from 1 to 65535";
+  if (!strcmp(o->keyword, "sslmode") && bad_choice(o->val, ssl_modes, COUNT(ssl_modes)))
+    return "sslmode= takes disable, allow, prefer, require, verify-ca or verify-full";
+  if (is_int_option(o->keyword) && bad_int(o->val))
+    return "takes a whole number";
+  if (!strcmp(o->keyword, "target_session_attrs") &&
+      bad_choice(o->val, session_attrs, COUNT(session_attrs)))
+    return "target_session_attrs= takes any, read-write, read-only, primary, standby or "
+           "prefer-standby";
+  if (!strcmp(o->keyword, "gssencmode") && bad_choice(o->val, gss_modes, COUNT(gss_modes)))
+    return "gssencmode= takes disable, prefer or require";
+  return NULL;
+}
+
+/* What libpq would refuse in the URI (its syntax, a port, a mode, a number),
+ * as a message; NULL when it takes it. Found here, it is a malformed --store
  * (exit 2) rather than a failure to connect. */
 static char *conninfo_problem(const char *info) {
   char *perr = NULL, *msg = NULL;
@@ -660,13 +706,14 @@ static char *conninfo_problem(const char *info) {
     return msg;
   }
   for (PQconninfoOption *o = opts; o->keyword && !msg; o++) {
-    if (!o->val)
-      continue;
-    if (!strcmp(o->keyword, "port") && bad_ports(o->val))
-      msg = idem_pg_message("postgres", "the port must be a number from 1 to 65535");
-    else if (!strcmp(o->keyword, "sslmode") && bad_sslmode(o->val))
-      msg = idem_pg_message("postgres", "sslmode= takes disable, allow, prefer, require, "
-                                        "verify-ca or verify-full");
+    const char *why = o->val ? bad_libpq_option(o) : NULL;
+    if (why && is_int_option(o->keyword)) {
+      char text[120];
+      snprintf(text, sizeof text, "%s= %s", o->keyword, why);
+      msg = idem_pg_message("postgres", text);
+    } else if (why) {
+      msg = idem_pg_message("postgres", why);
+    }
   }
   PQconninfoFree(opts);
   return msg;

@@ -93,6 +93,16 @@ static void what_libpq_refuses_is_refused(void **state) {
   parse_bad("postgres://h1:5432,h2:x/db", "port");
   parse_bad("postgres://h/db?port=54a", "port");
   parse_bad("postgres://h/db?sslmode=bogus", "sslmode=");
+  /* what libpq refuses only when it connects: a malformed URI, not an outage */
+  parse_bad("postgres://h/db?connect_timeout=abc", "connect_timeout= takes a whole number");
+  parse_bad("postgres://h/db?connect_timeout=", "connect_timeout=");
+  parse_bad("postgres://h/db?keepalives_idle=10s", "keepalives_idle=");
+  parse_bad("postgres://h/db?tcp_user_timeout=99999999999", "tcp_user_timeout=");
+  parse_bad("postgres://h/db?target_session_attrs=primaryy", "target_session_attrs=");
+  parse_bad("postgres://h/db?gssencmode=on", "gssencmode=");
+  parse_ok("postgres://h/db?connect_timeout=3&keepalives=1&target_session_attrs=read-write",
+           "postgres://h/db?connect_timeout=3&keepalives=1&target_session_attrs=read-write", 0, 2,
+           64, 10000);
   parse_ok("postgres://h1:5432,h2:5433/db?sslmode=verify-full",
            "postgres://h1:5432,h2:5433/db?sslmode=verify-full&connect_timeout=10", 0, 2, 64,
            10000);
