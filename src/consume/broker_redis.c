@@ -605,12 +605,13 @@ static void conn_gone(void *arg, rconn *c, const char *why) {
 }
 
 /* The credentials of the URI as Redis and the Redis store read them:
- * "user:pass@" is AUTH user pass; ":pass@" (no user) and a bare "pass@"
- * (as redis-cli takes it) are AUTH pass, the default user's password. */
+ * "user:pass@" is AUTH user pass, and "user:@" AUTH user "" (an ACL user
+ * made with nopass); ":pass@" (no user) and a bare "pass@" (as redis-cli
+ * takes it) are AUTH pass, the default user's password. */
 static void redis_credentials(const cs_uri *u, const char **user, const char **password) {
   *user = u->user && *u->user && u->password ? u->user : NULL;
   *password = u->password ? u->password : u->user;
-  if (*password && !**password)
+  if (*password && !**password && !*user)
     *password = NULL; /* "redis://:@host": nothing to send */
 }
 

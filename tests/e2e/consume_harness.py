@@ -239,14 +239,16 @@ def _group_lag(groups, group):
 class RedisClient:
     """A pipelining client over one socket: enough for tests."""
 
-    def __init__(self, port, password=None):
+    def __init__(self, port, password=None, user=None):
         self.port = port
         self.password = password  # sent with AUTH first on each connection
+        self.user = user  # AUTH user password, when given
 
     def pipeline(self, commands, timeout=30.0):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         try:
-            auth = [("AUTH", self.password)] if self.password else []
+            auth = ([("AUTH", self.user, self.password or "")] if self.user else
+                    [("AUTH", self.password)] if self.password else [])
             s.sendall(b"".join(_encode(c) for c in auth + list(commands)))
             rd = _Reader(s)
             if auth:

@@ -439,6 +439,20 @@ class Credentials(ConsumeCase):
             self.assertEqual(self.h.successes("a-%d" % i), 1, c.stderr())
             c.stop()
 
+    def test_a_user_with_an_empty_password_authenticates_as_that_user(self):
+        # "user:@" names an ACL user (one made with nopass): AUTH user "", as
+        # the Redis store sends it; no AUTH at all would act as `default`
+        self.redis.command("ACL", "SETUSER", "worker", "on", "nopass", "~*", "&*", "+@all")
+        self.redis.command("ACL", "SETUSER", "default", "off")
+        self.r = RedisClient(self.redis.port, user="worker")
+        c = self.consumer(start=False)
+        c.from_uri = "redis://worker:@127.0.0.1:%d?stream=%s&group=%s" % (
+            self.redis.port, STREAM, GROUP)
+        c.start()
+        self.publish([{"message_id": "u-1", "body": "x"}])
+        self.wait_settled()
+        self.assertEqual(self.h.successes("u-1"), 1, c.stderr())
+
 
 class StoreAtStart(ConsumeCase):
     def test_an_embedded_store_that_cannot_be_opened_exits_1(self):
