@@ -214,9 +214,15 @@ int gw_metrics_render_store(gw_buf *out, const idem_store *store) {
       "store (I/O error, corrupt record).\n"
       "# TYPE idem_lmdb_errors_total counter\n"
       "idem_lmdb_errors_total{kind=\"full\"} %llu\n"
-      "idem_lmdb_errors_total{kind=\"store\"} %llu\n",
+      "idem_lmdb_errors_total{kind=\"store\"} %llu\n"
+      "# HELP idem_lmdb_overlay_keys Records in memory ahead of LMDB (in the log, "
+      "not yet checkpointed).\n"
+      "# TYPE idem_lmdb_overlay_keys gauge\nidem_lmdb_overlay_keys %llu\n"
+      "# HELP idem_lmdb_overlay_bytes Bytes of those records.\n"
+      "# TYPE idem_lmdb_overlay_bytes gauge\nidem_lmdb_overlay_bytes %llu\n",
       (unsigned long long)s.commits, (unsigned long long)s.ops_written,
       (unsigned long long)s.ops_read, (double)s.commit_us / 1e6,
       (unsigned long long)s.max_batch, (unsigned long long)s.swept,
-      (unsigned long long)s.errors_full, (unsigned long long)s.errors_store);
+      (unsigned long long)s.errors_full, (unsigned long long)s.errors_store,
+      (unsigned long long)s.overlay_keys, (unsigned long long)s.overlay_bytes);
 }

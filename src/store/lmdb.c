@@ -585,6 +585,7 @@ int idem_lmdb_stats_get(const idem_store *store, idem_lmdb_stats *out) {
   LMDB_COUNTERS(LMDB_COUNTER_COPY)
 #undef LMDB_COUNTER_COPY
   out->logged = e->log_fd >= 0;
+  lmdb_overlay_size(&e->ov, &out->overlay_keys, &out->overlay_bytes);
   return 0;
 }
 

@@ -23,6 +23,9 @@ typedef struct {
   uint64_t checkpoints;  /* LMDB commits copying the log's records in, behind it */
   uint64_t checkpoint_us; /* time spent in them, us */
   uint64_t log_resets;   /* times the log started over, LMDB holding all of it */
+  uint64_t overlay_keys;  /* now: keys held in memory, flushed to the log and not yet
+                             in LMDB, or staged for the next flush */
+  uint64_t overlay_bytes; /* now: the bytes of their values */
   int logged;            /* 1: this store writes through the log (log=on) */
 } idem_lmdb_stats;
 

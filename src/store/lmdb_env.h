@@ -161,6 +161,9 @@ void lmdb_result_reset(idem_req *req);
 int lmdb_log_has_room(lmdb_env *e, idem_req **reqs, size_t n);
 /* The batch through the log; finishes every req. */
 void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n);
+/* The writer: drop from the overlay what the last checkpoint put in LMDB,
+ * if anything; before a batch's snapshot, and while the writer is idle. */
+void lmdb_log_prune(lmdb_env *e);
 /* Serve (and remove) the list ops of a batch; returns how many reqs remain. */
 size_t lmdb_serve_lists(lmdb_env *e, idem_req **reqs, size_t n);
 /* Finish reqs (with err, when not 0), one hand-back per loop. */

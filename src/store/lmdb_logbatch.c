@@ -207,15 +207,19 @@ void lmdb_finish_all(lmdb_env *e, idem_req **reqs, size_t n, int err) {
   }
 }
 
-/* One batch through the log: apply against the overlay, append, one
- * fdatasync, promote, acknowledge. */
-void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
-  int64_t t0 = lmdb_mono_us();
+void lmdb_log_prune(lmdb_env *e) {
   uint64_t ck = atomic_load(&e->ck_seq);
   if (ck > e->pruned_at) { /* LMDB holds more: drop it from memory */
     lmdb_overlay_prune(&e->ov, ck);
     e->pruned_at = ck;
   }
+}
+
+/* One batch through the log: apply against the overlay, append, one
+ * fdatasync, promote, acknowledge. */
+void lmdb_log_run_batch(lmdb_env *e, idem_req **reqs, size_t n) {
+  int64_t t0 = lmdb_mono_us();
+  lmdb_log_prune(e);
   int rc = log_snapshot(e);
   if (rc) {
     lmdb_finish_all(e, reqs, n, lmdb_error(e, rc));

@@ -214,6 +214,13 @@ void lmdb_overlay_unstage(lmdb_overlay *ov, lmdb_ov_entry **entries, size_t n) {
   pthread_mutex_unlock(&ov->lock);
 }
 
+void lmdb_overlay_size(lmdb_overlay *ov, uint64_t *keys, uint64_t *bytes) {
+  pthread_mutex_lock(&ov->lock);
+  *keys = ov->count;
+  *bytes = ov->bytes;
+  pthread_mutex_unlock(&ov->lock);
+}
+
 void lmdb_overlay_prune(lmdb_overlay *ov, uint64_t upto) {
   pthread_mutex_lock(&ov->lock);
   for (size_t i = 0; i < ov->nbuckets && ov->count; i++) {

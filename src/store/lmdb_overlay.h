@@ -62,6 +62,9 @@ void lmdb_overlay_unstage(lmdb_overlay *ov, lmdb_ov_entry **entries, size_t n);
  * empty shrinks. */
 void lmdb_overlay_prune(lmdb_overlay *ov, uint64_t upto);
 
+/* How many keys the overlay holds, and the bytes of their values. */
+void lmdb_overlay_size(lmdb_overlay *ov, uint64_t *keys, uint64_t *bytes);
+
 /* The checkpointer: every durable value newer than `after`, into one block
  * it owns (keys copied into it, values referenced; free it with
  * lmdb_overlay_items_free); *target gets durable_seq. Returns how many, or

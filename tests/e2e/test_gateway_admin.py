@@ -5,7 +5,7 @@ admin routes are not on the main listener."""
 import re
 import urllib.parse
 
-from harness import GatewayTestCase, free_port, main
+from harness import GatewayTestCase, free_port, main, wait_for
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\d+)?$")
 
@@ -86,6 +86,11 @@ class Admin(GatewayTestCase):
         self.assertGreaterEqual(m[("idem_lmdb_ops_read_total", "")], 1, "the replay was read")
         self.assertEqual(m[("idem_lmdb_errors_total", '{kind="full"}')], 0)
         self.assertEqual(m[("idem_lmdb_errors_total", '{kind="store"}')], 0)
+        # the records ahead of LMDB are checkpointed into it behind the log
+        wait_for(lambda: parse_metrics(gw.admin_request("GET", "/metrics").body.decode())[
+            ("idem_lmdb_overlay_keys", "")] == 0, 10, what="the overlay to empty")
+        m = parse_metrics(gw.admin_request("GET", "/metrics").body.decode())
+        self.assertEqual(m[("idem_lmdb_overlay_bytes", "")], 0)
 
     def test_get_and_delete_key(self):
         r1 = self.gw.request("POST", "/k", body=b"x", key="inspect-me")
