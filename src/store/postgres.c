@@ -332,6 +332,9 @@ static int pgs_open(idem_store *store, const char *uri, char **errmsg) {
     free(u.conninfo);
     return IDEM_ESTORE;
   }
+  /* this connection goes on serving as the pool's first: its notices (a
+   * migrate=1's, a trigger's) are logged as every connection's are */
+  idem_pg_log_notices(pg, "idem");
   int version = 0;
   if (u.migrate)
     err = idem_pg_migrate(pg, NULL, errmsg);

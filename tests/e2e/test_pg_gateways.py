@@ -54,14 +54,31 @@ class PostgresGateways(GatewayTestCase):
         with self.assertRaises(RuntimeError) as cm:
             gw.start()
         self.assertIn("idem migrate", str(cm.exception))
-        # told to migrate: migrate=1 in the URI
+        # told to migrate: migrate=1 in the URI, over the tables left behind
         gw.store = uri + "?migrate=1"
         gw.start()
+        self.assertNotIn("NOTICE", gw.stderr())
         # migrate over the tables left behind says nothing of them
         psql("DELETE FROM idem_schema", uri)
         rc, out, err = run_idem(["migrate", "--store", uri])
         self.assertEqual(rc, 0, err)
         self.assertNotIn("NOTICE", err)
+
+    def test_server_notices_are_logged_on_one_line(self):
+        # a WARNING from the database (here a trigger of the operator's) is
+        # libpq's notice: the gateway logs it, one line, naming postgres
+        uri = fresh_database("idem_notice")
+        self.assertEqual(run_idem(["migrate", "--store", uri])[0], 0)
+        psql("CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+             "RAISE WARNING 'audit: claimed %', NEW.key USING DETAIL = E'two\\nlines'; "
+             "RETURN NEW; END $$; CREATE TRIGGER audit BEFORE INSERT ON idem_records "
+             "FOR EACH ROW EXECUTE FUNCTION audit()", uri)
+        gw = self.start_gateway(self.start_upstream(), store=uri)
+        self.assertEqual(gw.request("POST", "/pay", body=b"{}", key="noticed-1").status, 200,
+                         self.gw_log())
+        lines = [ln for ln in gw.stderr().splitlines() if "audit: claimed noticed-1" in ln]
+        self.assertEqual(len(lines), 1, self.gw_log())
+        self.assertTrue(lines[0].startswith("idem: postgres: WARNING:"), gw.stderr())
 
     def test_keys_list_without_a_limit_or_scope(self):
         # across every scope, with no --limit, list asks for everything at
