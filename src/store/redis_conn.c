@@ -139,6 +139,10 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata) {
   if (r->type == REDIS_REPLY_ERROR && !(optional && !strncmp(r->str, "NOPERM", 6))) {
     char why[120];
     snprintf(why, sizeof why, "%s refused: %.80s", (const char *)privdata, r->str);
+    /* A server that refuses the store (a wrong password, a /db past its
+     * databases) is one an operator fixes while it runs: its reason is
+     * logged at each try, not once as an outage's is (README, --store). */
+    rs->last_error[0] = '\0';
     redis_conn_drop(rs, why);
     return;
   }

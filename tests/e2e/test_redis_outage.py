@@ -10,6 +10,7 @@ Leases are the default 30s, longer than the test: a claim or completion
 whose reply was lost in the crash leaves its key busy (409), never re-run.
 """
 
+import socket
 import time
 
 from harness import GatewayTestCase, LoadClients, main, wait_for
@@ -221,6 +222,58 @@ class RedisOutage(GatewayTestCase):
         self.assertEqual(doc["type"], "urn:idem:problem:answer-not-kept", doc)
         self.assertGreaterEqual(int(out["r"].header("Retry-After")), 10, out["r"].headers)
         self.assertLessEqual(int(out["r"].header("Retry-After")), 20, out["r"].headers)
+
+
+class RedisRefuses(GatewayTestCase):
+    """A Redis that refuses the gateway (a wrong password, a /db past its
+    databases) is a store that is down: serve starts, answers 503, logs the
+    server's reason at each try (README, --store), and serves once the
+    operator fixes the server, without a restart."""
+
+    def setUp(self):
+        self.redis = RedisServer().start()  # its readiness check asks PING without a password
+        self.addCleanup(self.redis.cleanup)
+        self.assertEqual(self.redis.command("CONFIG", "SET", "requirepass", "right"), "OK")
+        self.up = self.start_upstream()
+
+    def refused_then_fixed(self, uri, reason, fix):
+        gw = self.start_gateway(self.up, "--workers", "1", store=uri)
+        t0 = time.monotonic()
+        i = 0
+        # the store tries again with a backoff from 100 ms (100, 200, 400,
+        # 800 ms...): five tries or more in 3 s, each one logged
+        while time.monotonic() - t0 < 3.0:
+            self.assertProblem(gw.request("POST", "/orders", body=b"a", key="r-%d" % i), 503,
+                               self.gw_log())
+            i += 1
+            time.sleep(0.05)
+        self.assertGreaterEqual(gw.stderr().count(reason), 3, self.gw_log())
+        self.assertEqual(self.up.count("r-0"), 0)
+        if fix is None:
+            return
+        fix()
+        wait_for(lambda: gw.request("POST", "/orders", body=b"a", key="fixed").status == 200,
+                 30, interval=0.1, what="the gateway to serve once the server takes it")
+        self.assertEqual(self.up.count("fixed"), 1)
+
+    def test_a_wrong_password_is_logged_at_each_try_and_fixed_while_serve_runs(self):
+        uri = "redis://:wrong@127.0.0.1:%d" % self.redis.port
+        self.refused_then_fixed(uri, "AUTH refused: WRONGPASS", lambda: self.set_password("wrong"))
+
+    def test_a_db_past_databases_is_logged_at_each_try(self):
+        uri = "redis://:right@127.0.0.1:%d/20" % self.redis.port
+        self.refused_then_fixed(uri, "SELECT refused", None)  # databases is fixed at start
+
+    def set_password(self, pw):
+        s = socket.create_connection(("127.0.0.1", self.redis.port), timeout=2)
+        try:
+            s.sendall(b"AUTH right\r\nCONFIG SET requirepass %s\r\n" % pw.encode())
+            got = b""
+            while got.count(b"\r\n") < 2:
+                got += s.recv(100)
+            self.assertEqual(got, b"+OK\r\n+OK\r\n")
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":
