@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test.sh - build and run every test: unit (cmocka), the store contract suite
-# on memory, LMDB, Redis and PostgreSQL (servers started by the tests), and
-# the end-to-end tests of the idem binary. Usage: scripts/test.sh [BUILD_DIR]
+# on memory, LMDB, Redis and PostgreSQL, the crash tests, the end-to-end tests
+# of the idem binary (consume against real brokers included), the install,
+# package and example tests (servers started by the tests); all but the
+# `build` kind, which runs on request. Usage: scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
