@@ -442,8 +442,8 @@ static void forward(gw_exchange *ex) {
   gw_request *r = ex->req;
   gw_buf *b = &ex->up_head;
   const gw_headers *h = &r->headers;
-  size_t clen = 0;
-  const char *conn = gw_headers_get(h, "Connection", &clen, NULL);
+  int nconn = 0; /* Connection lines: each names hop-by-hop fields (RFC 9110 7.6.1) */
+  gw_headers_get(h, "Connection", NULL, &nconn);
   int has_host = 0, had_framing = 0, err = 0;
   b->len = 0;
   err |= gw_buf_reserve(b, r->target.len + r->headers.text.len + 4 * r->headers.n + 160);
@@ -459,7 +459,7 @@ static void forward(gw_exchange *ex) {
       had_framing = 1;
     if (policy_request_header_dropped(name, nlen))
       continue;
-    if (conn && gw_has_token(conn, clen, name, nlen))
+    if (nconn && gw_headers_list_has(h, "Connection", name, nlen))
       continue; /* named by Connection: hop-by-hop too */
     if (gw_ieq(name, nlen, "Host"))
       has_host = 1;

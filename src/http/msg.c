@@ -219,6 +219,15 @@ int gw_has_token(const char *value, size_t len, const char *token, size_t tlen) 
   return 0;
 }
 
+int gw_headers_list_has(const gw_headers *h, const char *name, const char *token, size_t tlen) {
+  size_t name_len = strlen(name);
+  for (size_t i = 0; i < h->n; i++)
+    if (h->v[i].name_len == name_len && !strncasecmp(gw_header_name(h, i), name, name_len) &&
+        gw_has_token(gw_header_value(h, i), h->v[i].value_len, token, tlen))
+      return 1;
+  return 0;
+}
+
 /* RFC 9110 tchar: DIGIT, ALPHA and !#$%&'*+-.^_`|~ */
 static const unsigned char tchar[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,

@@ -111,5 +111,8 @@ int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (tlen bytes, any
  * length; case-insensitive). */
 int gw_has_token(const char *value, size_t len, const char *token, size_t tlen);
+/* Whether any header called name (a list, such as Connection) holds token:
+ * a list may come in several field lines (RFC 9110 5.3), each counts. */
+int gw_headers_list_has(const gw_headers *h, const char *name, const char *token, size_t tlen);
 
 #endif

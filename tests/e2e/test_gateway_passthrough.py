@@ -89,6 +89,27 @@ class PassThrough(GatewayTestCase):
         for r in (r1, r2):
             self.assertIsNone(r.header("X-Up-Hop"), "upstream hop-by-hop field relayed: %r" % r)
 
+    def test_hop_by_hop_named_by_a_second_connection_line(self):
+        # a list field may come in several lines (RFC 9110 5.3): what a
+        # second Connection line names is hop-by-hop as much as the first's,
+        # from the client and from the upstream, on the answer and its replay
+        gw = self.start_gateway(self.up)
+        h = [("X-Test-Id", "hop2"), ("Idempotency-Key", "hop2"), ("Connection", "keep-alive"),
+             ("Connection", "X-Hop"), ("X-Hop", "secret"),
+             ("X-Test-Set-Header", "Connection: keep-alive"),
+             ("X-Test-Set-Header", "Connection: X-Up-Hop"), ("X-Test-Set-Header", "X-Up-Hop: v")]
+        with RawConn(gw.port) as c:
+            c.send(request_bytes("POST", "/hop2", b"x", headers=h))
+            r1 = c.read_response()
+            c.send(request_bytes("POST", "/hop2", b"x", headers=h))
+            r2 = c.read_response()
+        self.assertEqual(r1.status, 200, self.gw_log())
+        names = {k.lower() for k, v in self.up.requests("hop2")[0]["headers"]}
+        self.assertNotIn("x-hop", names, "a field named by a second Connection line forwarded")
+        self.assertTrue(r2.replayed, r2)
+        for r in (r1, r2):
+            self.assertIsNone(r.header("X-Up-Hop"), "upstream hop-by-hop field relayed: %r" % r)
+
     def test_upstream_given_by_name(self):
         gw = self.start_gateway("http://localhost:%d" % self.up.port)
         r = gw.request("POST", "/byname", body=b"x", key="byname")

@@ -197,6 +197,29 @@ static void test_tokens(void **state) {
   gw_headers_free(&h);
 }
 
+/* Connection in two lines: both name hop-by-hop fields (RFC 9110 5.3, 7.6.1) */
+static void test_connection_lines(void **state) {
+  (void)state;
+  gw_headers h = {0};
+  static const char *const lines[][2] = {{"Connection", "keep-alive"}, {"X-A", "1"},
+                                         {"connection", "X-A , x-b"}, {"X-B", "2"},
+                                         {"X-C", "3"}};
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+    gw_headers_on_field(&h, lines[i][0], strlen(lines[i][0]));
+    gw_headers_on_value(&h, lines[i][1], strlen(lines[i][1]));
+  }
+  gw_headers_done(&h);
+  assert_true(gw_headers_list_has(&h, "Connection", "x-b", 3));
+  assert_true(gw_headers_list_has(&h, "Connection", "Keep-Alive", 10));
+  assert_false(gw_headers_list_has(&h, "Connection", "X-C", 3));
+  gw_buf out = {0};
+  assert_int_equal(policy_replayable_headers(&h, &out), 0);
+  assert_int_equal(gw_buf_append(&out, "", 1), 0);
+  assert_string_equal(out.p, "X-C: 3\r\n");
+  gw_buf_free(&out);
+  gw_headers_free(&h);
+}
+
 static void test_metrics(void **state) {
   (void)state;
   gw_metrics_outcome(GW_OUT_REPLAYED);
@@ -231,4 +254,5 @@ UNIT_TESTS(cmocka_unit_test(test_methods),
            cmocka_unit_test(test_hop_headers),
            cmocka_unit_test(test_problem),
            cmocka_unit_test(test_tokens),
+           cmocka_unit_test(test_connection_lines),
            cmocka_unit_test(test_metrics))
