@@ -6,7 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR };
+enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR, ST_CHUNKED };
+
+/* Where chunk_scan is in a chunked body's framing (RFC 9112 7.1). */
+enum {
+  CK_OFF = 0,   /* not a chunked body, or not reached yet */
+  CK_HEAD_LF,   /* the head's last LF, which http_parser hands over again */
+  CK_SIZE,      /* chunk-size: hex digits */
+  CK_BWS,       /* whitespace after the size: only ';' or CR may follow */
+  CK_EXT,       /* chunk-ext, up to CR */
+  CK_SIZE_LF,   /* the LF of the size line's CRLF */
+  CK_DATA,      /* ck_left bytes of data */
+  CK_DATA_CR,   /* the CRLF after a chunk's data */
+  CK_DATA_LF,
+  CK_TRAILER,   /* at the start of a trailer line, or of the final CRLF */
+  CK_FIELD,     /* in a trailer field line */
+  CK_FIELD_LF,
+  CK_END_LF,    /* the LF of the final CRLF */
+  CK_END
+};
 
 void gw_request_free(gw_request *r) {
   if (!r)
@@ -210,6 +228,13 @@ static int on_headers_complete(http_parser *p) {
   if (p->upgrade)
     r->upgrade = 1;
   rp->chunked = te != 0;
+  if (rp->chunked) {
+    /* the body's framing is checked from the next byte on (chunk_scan):
+     * pause to learn where that is, unless the Expect pause below does */
+    rp->ck_state = CK_HEAD_LF;
+    rp->state = ST_CHUNKED;
+    http_parser_pause(p, 1);
+  }
 
   size_t elen = 0;
   const char *expect = gw_headers_get(&r->headers, "Expect", &elen, NULL);
@@ -279,6 +304,110 @@ void gw_reqparser_free(gw_reqparser *rp) {
   }
 }
 
+static int hexdigit(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
+static int hexval(unsigned char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+/*
+ * Read the framing of a chunked body again, as the bytes http_parser took:
+ * it lets through a size line with any byte after its CR ("2\rXab"), any
+ * byte in a chunk extension (a bare LF, a NUL), and any byte after the CR
+ * of the final CRLF ("0\r\n\rX"), as well as a final empty line of a bare
+ * LF. A front proxy that reads any of these as a strict peer does (a bare
+ * LF ending the line) sees another body, and the bytes after it as another
+ * request: the gap a smuggled request needs. So each line of the framing
+ * must end in CRLF, and a chunk extension holds no control character but
+ * HTAB. Data bytes are skipped by count. Returns 0, or -1 refused.
+ */
+static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)d[i];
+    switch (rp->ck_state) {
+    case CK_HEAD_LF:
+      rp->ck_state = CK_SIZE;
+      rp->ck_digits = 0;
+      rp->ck_left = 0;
+      break;
+    case CK_SIZE:
+      if (hexdigit(c)) {
+        rp->ck_digits++;
+        if (rp->ck_left < ((uint64_t)1 << 59)) /* larger is http_parser's error */
+          rp->ck_left = rp->ck_left * 16 + (uint64_t)hexval(c);
+        break;
+      }
+      if (!rp->ck_digits)
+        return refuse(rp, 400, "invalid chunk size in a chunked body");
+      if (c == '\r')
+        rp->ck_state = CK_SIZE_LF;
+      else if (c == ';')
+        rp->ck_state = CK_EXT;
+      else if (c == ' ' || c == '\t')
+        rp->ck_state = CK_BWS;
+      else
+        return refuse(rp, 400, "invalid chunk size in a chunked body");
+      break;
+    case CK_BWS:
+      if (c == ';')
+        rp->ck_state = CK_EXT;
+      else if (c == '\r')
+        rp->ck_state = CK_SIZE_LF;
+      else if (c != ' ' && c != '\t')
+        return refuse(rp, 400, "invalid chunk size in a chunked body");
+      break;
+    case CK_EXT:
+      if (c == '\r')
+        rp->ck_state = CK_SIZE_LF;
+      else if ((c < 0x20 && c != '\t') || c == 0x7f)
+        return refuse(rp, 400, "a control character in a chunk extension");
+      break;
+    case CK_SIZE_LF:
+      if (c != '\n')
+        return refuse(rp, 400, "a chunk size line not ended by CRLF");
+      rp->ck_state = rp->ck_left ? CK_DATA : CK_TRAILER;
+      break;
+    case CK_DATA: {
+      uint64_t skip = n - i < rp->ck_left ? n - i : rp->ck_left;
+      rp->ck_left -= skip;
+      i += (size_t)skip - 1;
+      if (!rp->ck_left)
+        rp->ck_state = CK_DATA_CR;
+      break;
+    }
+    case CK_DATA_CR:
+    case CK_DATA_LF:
+      if (c != (rp->ck_state == CK_DATA_CR ? '\r' : '\n'))
+        return refuse(rp, 400, "chunk data not followed by CRLF");
+      if (rp->ck_state == CK_DATA_LF) {
+        rp->ck_digits = 0;
+        rp->ck_state = CK_SIZE;
+      } else {
+        rp->ck_state = CK_DATA_LF;
+      }
+      break;
+    case CK_TRAILER:
+    case CK_FIELD:
+      if (c == '\r')
+        rp->ck_state = rp->ck_state == CK_TRAILER ? CK_END_LF : CK_FIELD_LF;
+      else if (c == '\n')
+        return refuse(rp, 400, "a line of a chunked body's trailer not ended by CRLF");
+      else
+        rp->ck_state = CK_FIELD;
+      break;
+    case CK_FIELD_LF:
+    case CK_END_LF:
+      if (c != '\n')
+        return refuse(rp, 400, "a line of a chunked body's trailer not ended by CRLF");
+      rp->ck_state = rp->ck_state == CK_FIELD_LF ? CK_TRAILER : CK_END;
+      break;
+    default: /* CK_END: http_parser stops at the end of the message */
+      return refuse(rp, 400, "malformed chunked body");
+    }
+  }
+  return 0;
+}
+
 static const char *parser_detail(enum http_errno e) {
   switch (e) {
   case HPE_INVALID_CHUNK_SIZE: return "invalid chunk size in a chunked body";
@@ -311,7 +440,19 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
     http_parser_pause(&rp->p, 0);
   rp->feed_base = data;
   rp->feed_len = len;
+  /* the head's bytes are not the body's framing: chunk_scan starts after */
+  int scan = rp->ck_state != CK_OFF;
   size_t n = http_parser_execute(&rp->p, &settings, data, len);
+  if (rp->state == ST_CHUNKED) {
+    /* the head of a chunked request ended at data + n: the rest is body */
+    rp->state = ST_NONE;
+    http_parser_pause(&rp->p, 0);
+    size_t more = http_parser_execute(&rp->p, &settings, data + n, len - n);
+    if (rp->state != ST_ERROR && chunk_scan(rp, data + n, more) == 0)
+      n += more;
+  } else if (scan && rp->state != ST_ERROR) {
+    chunk_scan(rp, data, n);
+  }
   enum http_errno e = HTTP_PARSER_ERRNO(&rp->p);
   if (rp->state == ST_ERROR) {
     *used = len;
@@ -363,6 +504,7 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->chunked = 0;
   rp->in_body = 0;
   rp->crlf_left = 0;
+  rp->ck_state = CK_OFF;
   rp->state = ST_NONE;
   return r;
 }

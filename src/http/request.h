@@ -72,6 +72,11 @@ typedef struct {
   const char *feed_base; /* the buffer being fed, for on_body's checks */
   size_t feed_len;
   int crlf_left;     /* bytes of a chunk's closing CRLF still to check */
+  /* the chunked body's framing, read again byte by byte (reqparse.c,
+   * chunk_scan): http_parser lets through what a strict peer would not */
+  int ck_state;
+  int ck_digits;     /* hex digits of the chunk size so far */
+  uint64_t ck_left;  /* chunk size, then its data bytes still to skip */
   const char *error_detail;
 } gw_reqparser;
 

@@ -163,6 +163,26 @@ class Limits(GatewayTestCase):
             with self.subTest(case=what):
                 self._bad_framing(raw, what)
 
+    def test_400_chunk_framing_a_strict_peer_reads_otherwise(self):
+        # http_parser takes any byte after the CR of a chunk size line or of
+        # the final CRLF, and any byte in a chunk extension: a front proxy
+        # that ends those lines at a bare LF (or refuses them) reads another
+        # body, and what follows it as another request. Each is a 400.
+        head = b"POST /f HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nX-Test-Id: %s\r\n" \
+               b"Transfer-Encoding: chunked\r\n\r\n"
+        after = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = [
+            ("a byte other than LF after a chunk size's CR", b"c1", b"2\rXab\r\n0\r\n\r\n"),
+            ("a bare LF in a chunk extension", b"c2", b"2;a\nb\r\nab\r\n0\r\n\r\n"),
+            ("a NUL in a chunk extension", b"c3", b"2;a\x00\r\nab\r\n0\r\n\r\n"),
+            ("a byte other than LF after the last chunk's CR", b"c4", b"2\r\nab\r\n0\rX\r\n"),
+            ("a byte other than LF after the final CR", b"c5", b"2\r\nab\r\n0\r\n\rX"),
+            ("a final empty line of a bare LF", b"c6", b"2\r\nab\r\n0\r\n\n"),
+        ]
+        for what, rid, body in cases:
+            with self.subTest(case=what):
+                self._bad_framing(head % (rid, rid) + body + after, what)
+
     def test_host_header_exactly_once(self):
         # RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is a 400
         gw = self.start_gateway(self.up)

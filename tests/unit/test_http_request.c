@@ -136,6 +136,39 @@ static void test_ambiguous_framing(void **state) {
   expect_error(S("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n"), 400);
 }
 
+/* The framing of a chunked body, line by line: what http_parser lets
+ * through and a strict peer reads otherwise is a 400; a valid body passes
+ * whole or fed byte by byte, with Expect too. */
+static void test_chunk_framing_strict(void **state) {
+  (void)state;
+#define CHUNKED_HEAD "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+  expect_error(S(CHUNKED_HEAD "2\rXab\r\n0\r\n\r\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2;a\nb\r\nab\r\n0\r\n\r\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2;a\x01\r\nab\r\n0\r\n\r\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2\r\nab\r\n0\rX\r\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2\r\nab\r\n0\r\n\rX"), 400);
+  expect_error(S(CHUNKED_HEAD "2\r\nab\r\n0\r\n\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2\r\nab\r\n0\r\nX-T: 1\n\r\n"), 400);
+  expect_error(S(CHUNKED_HEAD "2 x\r\nab\r\n0\r\n\r\n"), 400);
+  static const char *const good[] = {
+      CHUNKED_HEAD "2 ;a=\"q\tv\"\r\nab\r\n1;b\r\nc\r\n0;z\r\nX-T: 1\r\nX-U: 2\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
+  };
+  for (size_t g = 0; g < sizeof good / sizeof good[0]; g++)
+    for (size_t step = 0; step < 4; step++) {
+      outcome o;
+      char text[512];
+      int n = snprintf(text, sizeof text, "%sGET /next HTTP/1.1\r\nHost: h\r\n\r\n", good[g]);
+      run(text, (size_t)n, step, &o);
+      if (o.n != 2 || o.req[0]->body.len != 3 || memcmp(o.req[0]->body.p, "abc", 3))
+        fail_msg("case %zu step %zu: %d requests, error %d", g, step, o.n, o.error_status);
+      assert_string_equal(o.req[1]->target.p, "/next");
+      release(&o);
+    }
+#undef CHUNKED_HEAD
+}
+
 static void test_limits(void **state) {
   (void)state;
   char big[2048];
@@ -345,6 +378,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pipelined_in_order),
       cmocka_unit_test(test_ambiguous_framing),
+      cmocka_unit_test(test_chunk_framing_strict),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_max_header_is_the_whole_head),
       cmocka_unit_test(test_expect_continue_and_versions),
