@@ -6,12 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR, ST_CHUNKED };
+enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR, ST_HEAD_DONE };
+
+/* Where head_scan is on a line of the head. */
+enum { HD_LINE_START = 0, HD_IN_LINE, HD_AFTER_CR };
 
 /* Where chunk_scan is in a chunked body's framing (RFC 9112 7.1). */
 enum {
   CK_OFF = 0,   /* not a chunked body, or not reached yet */
-  CK_HEAD_LF,   /* the head's last LF, which http_parser hands over again */
   CK_SIZE,      /* chunk-size: hex digits */
   CK_BWS,       /* whitespace after the size: only ';' or CR may follow */
   CK_EXT,       /* chunk-ext, up to CR */
@@ -228,21 +230,23 @@ static int on_headers_complete(http_parser *p) {
   if (p->upgrade)
     r->upgrade = 1;
   rp->chunked = te != 0;
-  if (rp->chunked) {
-    /* the body's framing is checked from the next byte on (chunk_scan):
-     * pause to learn where that is, unless the Expect pause below does */
-    rp->ck_state = CK_HEAD_LF;
-    rp->state = ST_CHUNKED;
-    http_parser_pause(p, 1);
-  }
+  rp->ck_state = rp->chunked ? CK_SIZE : CK_OFF;
+  rp->ck_digits = 0;
+  rp->ck_left = 0;
 
   size_t elen = 0;
   const char *expect = gw_headers_get(&r->headers, "Expect", &elen, NULL);
   if (expect && gw_ieq(expect, elen, "100-continue") && p->http_minor >= 1) {
     r->expect_continue = 1;
     rp->state = ST_HEAD;
-    http_parser_pause(p, 1);
+  } else {
+    rp->state = ST_HEAD_DONE;
   }
+  /* Pause either way: gw_reqparser_feed learns where the head ends, which
+   * head_scan and body_scan need. The pause comes before the head's last
+   * byte (its LF), which http_parser takes again when it goes on. */
+  rp->head_lf = 1;
+  http_parser_pause(p, 1);
   return 0;
 }
 
@@ -325,11 +329,6 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)d[i];
     switch (rp->ck_state) {
-    case CK_HEAD_LF:
-      rp->ck_state = CK_SIZE;
-      rp->ck_digits = 0;
-      rp->ck_left = 0;
-      break;
     case CK_SIZE:
       if (hexdigit(c)) {
         rp->ck_digits++;
@@ -408,6 +407,51 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
   return 0;
 }
 
+/*
+ * Read the bytes of a request head again: http_parser (not built strict)
+ * takes any byte after a CR as if it were the LF ("Host: h\r\n\rX" ends
+ * the head), and joins a line that starts with a space or tab to the one
+ * before (obs-fold). A front proxy that reads either otherwise sees other
+ * headers, or another end of the head, and the body as another request.
+ * RFC 9112 5.2 lets a server refuse obs-fold with a 400; a CR not followed
+ * by LF is no line ending at all. A bare LF still ends a line (RFC 9112 2.2).
+ * Returns 0, or -1 refused.
+ */
+static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = d[i];
+    switch (rp->hd_state) {
+    case HD_AFTER_CR:
+      if (c != '\n')
+        return refuse(rp, 400, "a CR not followed by LF in the request head");
+      rp->hd_state = HD_LINE_START;
+      break;
+    case HD_LINE_START:
+      if ((c == ' ' || c == '\t') && rp->hd_lines)
+        return refuse(rp, 400, "a header line folded onto the next (obs-fold)");
+      if (c != '\r' && c != '\n')
+        rp->hd_lines++; /* empty lines before the request line are skipped */
+      /* fall through */
+    default:
+      rp->hd_state = c == '\r' ? HD_AFTER_CR : c == '\n' ? HD_LINE_START : HD_IN_LINE;
+    }
+  }
+  return 0;
+}
+
+/* The bytes after the head, up to the end of the request: first the head's
+ * last byte again, which must be its LF; then a chunked body's framing. */
+static int body_scan(gw_reqparser *rp, const char *d, size_t n) {
+  if (n && rp->head_lf) {
+    if (*d != '\n')
+      return refuse(rp, 400, "a CR not followed by LF in the request head");
+    rp->head_lf = 0;
+    d++;
+    n--;
+  }
+  return rp->ck_state != CK_OFF ? chunk_scan(rp, d, n) : 0;
+}
+
 static const char *parser_detail(enum http_errno e) {
   switch (e) {
   case HPE_INVALID_CHUNK_SIZE: return "invalid chunk size in a chunked body";
@@ -440,18 +484,18 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
     http_parser_pause(&rp->p, 0);
   rp->feed_base = data;
   rp->feed_len = len;
-  /* the head's bytes are not the body's framing: chunk_scan starts after */
-  int scan = rp->ck_state != CK_OFF;
+  int in_head = !rp->in_body;
   size_t n = http_parser_execute(&rp->p, &settings, data, len);
-  if (rp->state == ST_CHUNKED) {
-    /* the head of a chunked request ended at data + n: the rest is body */
+  if (rp->state != ST_ERROR)
+    in_head ? head_scan(rp, data, n) : body_scan(rp, data, n);
+  if (rp->state == ST_HEAD_DONE) {
+    /* paused where the head ends (on_headers_complete): the rest is body */
     rp->state = ST_NONE;
     http_parser_pause(&rp->p, 0);
     size_t more = http_parser_execute(&rp->p, &settings, data + n, len - n);
-    if (rp->state != ST_ERROR && chunk_scan(rp, data + n, more) == 0)
-      n += more;
-  } else if (scan && rp->state != ST_ERROR) {
-    chunk_scan(rp, data, n);
+    if (rp->state != ST_ERROR)
+      body_scan(rp, data + n, more);
+    n += more;
   }
   enum http_errno e = HTTP_PARSER_ERRNO(&rp->p);
   if (rp->state == ST_ERROR) {
@@ -505,6 +549,9 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->in_body = 0;
   rp->crlf_left = 0;
   rp->ck_state = CK_OFF;
+  rp->hd_state = HD_LINE_START;
+  rp->hd_lines = 0;
+  rp->head_lf = 0;
   rp->state = ST_NONE;
   return r;
 }

@@ -72,8 +72,12 @@ typedef struct {
   const char *feed_base; /* the buffer being fed, for on_body's checks */
   size_t feed_len;
   int crlf_left;     /* bytes of a chunk's closing CRLF still to check */
-  /* the chunked body's framing, read again byte by byte (reqparse.c,
-   * chunk_scan): http_parser lets through what a strict peer would not */
+  /* the head's lines and the chunked body's framing, read again byte by
+   * byte (reqparse.c, head_scan and chunk_scan): http_parser lets through
+   * what a strict peer would not */
+  int hd_state;
+  int hd_lines;      /* lines of the head begun so far */
+  int head_lf;       /* the head's last byte, its LF, is still to check */
   int ck_state;
   int ck_digits;     /* hex digits of the chunk size so far */
   uint64_t ck_left;  /* chunk size, then its data bytes still to skip */

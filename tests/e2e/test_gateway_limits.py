@@ -183,6 +183,30 @@ class Limits(GatewayTestCase):
             with self.subTest(case=what):
                 self._bad_framing(head % (rid, rid) + body + after, what)
 
+    def test_400_head_a_strict_peer_reads_otherwise(self):
+        # http_parser takes any byte after a CR as the LF, and joins a line
+        # that starts with a space to the one before (obs-fold, RFC 9112
+        # 5.2 lets a server refuse it): a front proxy reading either
+        # otherwise sees other headers or another end of the head, and the
+        # body as a request of its own. Each is a 400.
+        inner = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+        cases = [
+            ("a byte other than LF after the head's last CR",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h1\r\nContent-Length: 2\r\n\rXok" + inner),
+            ("a CR after a bare LF",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h2\n\rContent-Length: %d\r\n\r\n"
+             % len(inner) + inner),
+            ("Content-Length folded onto the line before",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h3\r\n Content-Length: %d\r\n\r\n"
+             % len(inner) + inner),
+            ("a folded key",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h4\r\nIdempotency-Key: a\r\n b\r\n"
+             b"Content-Length: 2\r\n\r\nok"),
+        ]
+        for what, raw in cases:
+            with self.subTest(case=what):
+                self._bad_framing(raw, what)
+
     def test_host_header_exactly_once(self):
         # RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is a 400
         gw = self.start_gateway(self.up)

@@ -169,6 +169,36 @@ static void test_chunk_framing_strict(void **state) {
 #undef CHUNKED_HEAD
 }
 
+/* The head's lines: a CR followed by anything but LF, anywhere in the
+ * head (its last line too), and obs-fold are a 400; bare LF still ends a
+ * line, and empty lines before the request line are skipped. */
+static void test_head_lines_strict(void **state) {
+  (void)state;
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\rXok"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\n\rContent-Length: 2\r\n\r\nok"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\n Content-Length: 2\r\n\r\nok"), 400);
+  expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n\tb\r\nContent-Length: 0\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/1.1\r\nHost: h\r\n\rX"), 400);
+  expect_error(S("GET / HTTP/1.1\r\nHost: h\n\rX"), 400);
+  static const char *const good[] = {
+      "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
+      "\r\n\nPOST / HTTP/1.1\nHost: h\nContent-Length: 3\n\nabc",
+      "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc",
+      "POST / HTTP/1.1\r\nHost: h\r\nX-A: a b\t c\r\nContent-Length: 3\n\nabc",
+  };
+  for (size_t g = 0; g < sizeof good / sizeof good[0]; g++)
+    for (size_t step = 0; step < 4; step++) {
+      outcome o;
+      char text[512];
+      int n = snprintf(text, sizeof text, "%sGET /next HTTP/1.1\r\nHost: h\r\n\r\n", good[g]);
+      run(text, (size_t)n, step, &o);
+      if (o.n != 2 || o.req[0]->body.len != 3 || memcmp(o.req[0]->body.p, "abc", 3))
+        fail_msg("case %zu step %zu: %d requests, error %d", g, step, o.n, o.error_status);
+      assert_string_equal(o.req[1]->target.p, "/next");
+      release(&o);
+    }
+}
+
 static void test_limits(void **state) {
   (void)state;
   char big[2048];
@@ -379,6 +409,7 @@ int main(void) {
       cmocka_unit_test(test_pipelined_in_order),
       cmocka_unit_test(test_ambiguous_framing),
       cmocka_unit_test(test_chunk_framing_strict),
+      cmocka_unit_test(test_head_lines_strict),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_max_header_is_the_whole_head),
       cmocka_unit_test(test_expect_continue_and_versions),
