@@ -115,6 +115,14 @@ static int on_header_value(http_parser *p, const char *at, size_t len) {
 
 const char *gw_target_check(const char *t, size_t len, enum http_method m, gw_target_form *f) {
   memset(f, 0, sizeof *f);
+  /* http_parser (not built strict) lets a TAB or a form feed into the
+   * target: sent on in the request line, an upstream that splits it at
+   * any whitespace reads another target and version (RFC 9112 3: a
+   * request-target holds no whitespace; an invalid request line is a 400,
+   * never corrected) */
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)t[i] <= ' ' || t[i] == 0x7f)
+      return "a request target has no whitespace or control character";
   /* RFC 9112 3.2: no form of request-target has a fragment; one sent would
    * reach the upstream, and the fingerprint, as part of the path */
   if (memchr(t, '#', len))

@@ -199,6 +199,8 @@ class Limits(GatewayTestCase):
             ("Content-Length folded onto the line before",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h3\r\n Content-Length: %d\r\n\r\n"
              % len(inner) + inner),
+            ("a TAB in the request target, sent on in the request line",
+             b"POST /f\tHTTP/1.0 HTTP/1.1\r\nHost: x\r\nX-Test-Id: h5\r\nContent-Length: 2\r\n\r\nok"),
             ("a folded key",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h4\r\nIdempotency-Key: a\r\n b\r\n"
              b"Content-Length: 2\r\n\r\nok"),

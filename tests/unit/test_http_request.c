@@ -314,6 +314,11 @@ static void test_target_check(void **state) {
   gw_target_form f;
   assert_null(gw_target_check(S("/a?b"), HTTP_POST, &f));
   assert_false(f.absolute);
+  /* whitespace an upstream may split the request line at */
+  assert_non_null(gw_target_check(S("/a\tb"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("/a\fb"), HTTP_GET, &f));
+  assert_non_null(gw_target_check(S("http://h/a\tb"), HTTP_GET, &f));
+  expect_error(S("GET /a\tHTTP/1.0 HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
   assert_null(gw_target_check(S("*"), HTTP_OPTIONS, &f));
   assert_false(f.absolute);
   assert_null(gw_target_check(S("http://h.example:81/a?q=1"), HTTP_POST, &f));
