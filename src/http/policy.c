@@ -274,6 +274,8 @@ const char *policy_reason(int status) {
   case 205: return "Reset Content";
   case 206: return "Partial Content";
   case 207: return "Multi-Status";
+  case 208: return "Already Reported";
+  case 226: return "IM Used";
   case 300: return "Multiple Choices";
   case 301: return "Moved Permanently";
   case 302: return "Found";
@@ -288,6 +290,7 @@ const char *policy_reason(int status) {
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 406: return "Not Acceptable";
+  case 407: return "Proxy Authentication Required";
   case 408: return "Request Timeout";
   case 409: return "Conflict";
   case 410: return "Gone";
@@ -296,6 +299,7 @@ const char *policy_reason(int status) {
   case 413: return "Content Too Large";
   case 414: return "URI Too Long";
   case 415: return "Unsupported Media Type";
+  case 416: return "Range Not Satisfiable";
   case 417: return "Expectation Failed";
   case 421: return "Misdirected Request";
   case 422: return "Unprocessable Content";
@@ -305,12 +309,17 @@ const char *policy_reason(int status) {
   case 428: return "Precondition Required";
   case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
+  case 451: return "Unavailable For Legal Reasons";
   case 500: return "Internal Server Error";
   case 501: return "Not Implemented";
   case 502: return "Bad Gateway";
   case 503: return "Service Unavailable";
   case 504: return "Gateway Timeout";
   case 505: return "HTTP Version Not Supported";
+  case 506: return "Variant Also Negotiates";
+  case 507: return "Insufficient Storage";
+  case 508: return "Loop Detected";
+  case 511: return "Network Authentication Required";
   default: return "Unknown";
   }
 }

@@ -163,6 +163,11 @@ static void test_problem(void **state) {
   gw_buf_free(&b);
   assert_string_equal(policy_reason(422), "Unprocessable Content");
   assert_string_equal(policy_reason(599), "Unknown");
+  /* registered statuses an upstream answers with keep their phrase */
+  assert_string_equal(policy_reason(407), "Proxy Authentication Required");
+  assert_string_equal(policy_reason(416), "Range Not Satisfiable");
+  assert_string_equal(policy_reason(451), "Unavailable For Legal Reasons");
+  assert_string_equal(policy_reason(507), "Insufficient Storage");
 }
 
 static void test_tokens(void **state) {
