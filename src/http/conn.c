@@ -28,7 +28,6 @@ struct gw_conn {
   uv_tcp_t tcp;
   uv_timer_t timer;
   uv_shutdown_t shutdown_req;
-  uv_write_t cont_wreq;
   gw_worker *w;
   idem_queue linked; /* in w->conns */
   gw_reqparser rp;
@@ -44,7 +43,6 @@ struct gw_conn {
   int lingering;   /* answered with close: discarding input until EOF */
   int peer_eof;
   int reading;
-  int cont_pending;
   int in_process; /* process() is on the stack */
   int served;     /* answered at least one request */
 };
@@ -333,20 +331,24 @@ static void stop_reading(gw_conn *c) {
 static void cont_cb(uv_write_t *w, int status) {
   gw_conn *c = w->data;
   (void)status;
-  c->cont_pending = 0;
+  free(w);
   conn_unref(c);
 }
 
+/* A write request of its own for each 100 Continue: the one before may
+ * still be queued (a pipelined request answered at once, a 400 for its
+ * key, then the next one's head), and that next client waits for its own. */
 static void send_continue(gw_conn *c) {
   static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  if (c->cont_pending)
-    return;
+  uv_write_t *w = malloc(sizeof *w);
+  if (!w)
+    return; /* the client sends its body when it tires of waiting */
   uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
-  c->cont_wreq.data = c;
-  if (conn_write(c, &c->cont_wreq, &b, 1, cont_cb) == 0) {
-    c->cont_pending = 1;
+  w->data = c;
+  if (conn_write(c, w, &b, 1, cont_cb) == 0)
     c->refs++;
-  }
+  else
+    free(w);
 }
 
 static void dispatch(gw_conn *c, gw_request *req) {

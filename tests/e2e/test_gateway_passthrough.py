@@ -401,6 +401,27 @@ class PassThrough(GatewayTestCase):
         self.assertEqual(self.up.count("exp"), 1)
         self.assertEqual(self.up.requests("exp")[0]["body"], body)
 
+    def test_expect_100_continue_after_an_answer_given_at_once(self):
+        # A pipelined request answered at once (a 400 for its key), while
+        # its own 100 Continue is still queued: the next request's head asks
+        # for a 100 too, and its client waits for that before its body.
+        gw = self.start_gateway(self.up, "--client-timeout", "5s")
+        head = (b"POST /exp2 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nX-Test-Id: exp2\r\n"
+                b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+        with RawConn(gw.port) as c:
+            c.send(head % b"a b" + b"hi" + head % b"exp2")
+            self.assertEqual(c.read_response(timeout=3, head=True).status, 100)
+            self.assertEqual(c.read_response(timeout=3).status, 400, self.gw_log())
+            try:
+                interim = c.read_response(timeout=3, head=True)
+            except Exception as e:
+                self.fail("no 100 Continue for the second request within 3s: %r\n%s"
+                          % (e, self.gw_log()))
+            self.assertEqual(interim.status, 100, interim)
+            c.send(b"hi")
+            self.assertEqual(c.read_response().status, 200, self.gw_log())
+        self.assertEqual(self.up.count("exp2"), 1)
+
     def test_chunked_request_body(self):
         gw = self.start_gateway(self.up)
         body = b"hello chunked world" * 10
