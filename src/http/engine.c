@@ -128,8 +128,9 @@ static const struct {
     [UP_BAD_RESPONSE] = {GW_OUT_UPSTREAM_ERROR, 502, "upstream-bad-response",
                          "Upstream answer not HTTP",
                          "the upstream's answer was not valid HTTP (a malformed status line or "
-                         "head, a status outside 100-599, or a 1xx other than 100 and 103 as "
-                         "its answer)",
+                         "head, a Transfer-Encoding other than chunked alone, which the gateway "
+                         "would drop with its coding, a status outside 100-599, or a 1xx other "
+                         "than 100 and 103 as its answer)",
                          MAY_HAVE_RUN},
 };
 
