@@ -505,6 +505,9 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
       body_scan(rp, data + n, more);
     n += more;
   }
+  /* http_parser ended a chunked body where a strict reading did not */
+  if (rp->state == ST_DONE && rp->ck_state != CK_OFF && rp->ck_state != CK_END)
+    refuse(rp, 400, "malformed chunked body");
   enum http_errno e = HTTP_PARSER_ERRNO(&rp->p);
   if (rp->state == ST_ERROR) {
     *used = len;
