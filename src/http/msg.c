@@ -228,6 +228,16 @@ int gw_headers_list_has(const gw_headers *h, const char *name, const char *token
   return 0;
 }
 
+int gw_headers_values_ok(const gw_headers *h) {
+  for (size_t i = 0; i < h->n; i++) {
+    const unsigned char *v = (const unsigned char *)gw_header_value(h, i);
+    for (uint32_t k = 0; k < h->v[i].value_len; k++)
+      if ((v[k] < 0x20 && v[k] != '\t') || v[k] == 0x7f)
+        return 0;
+  }
+  return 1;
+}
+
 /* RFC 9110 tchar: DIGIT, ALPHA and !#$%&'*+-.^_`|~ */
 static const unsigned char tchar[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,

@@ -106,6 +106,10 @@ static inline int gw_ieq(const char *s, size_t len, const char *lit) {
 /* The last step of something closed asynchronously: free p, then tell its
  * owner (done may be NULL). */
 void gw_free_then(void *p, void (*done)(void *arg), void *arg);
+/* Whether every value in h is valid field content (RFC 9110 5.5): no
+ * control character but HTAB, no DEL. http_parser (not built strict)
+ * checks all of a value's bytes but its first. */
+int gw_headers_values_ok(const gw_headers *h);
 /* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */
 int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (tlen bytes, any

@@ -211,6 +211,11 @@ static int on_headers_complete(http_parser *p) {
   for (size_t i = 0; i < r->headers.n; i++)
     if (!gw_is_token(gw_header_name(&r->headers, i), r->headers.v[i].name_len))
       return refuse(rp, 400, "invalid header name (whitespace before the colon?)");
+  /* RFC 9110 5.5: a NUL, CR or LF in a value is to be refused (or made a
+   * space), never forwarded; http_parser let one through as the value's
+   * first byte ("X-A: \x00evil"), as any other control character */
+  if (!gw_headers_values_ok(&r->headers))
+    return refuse(rp, 400, "a control character in a header value");
 
   /* RFC 9112 3.2: exactly one Host in HTTP/1.1, at most one in 1.0 */
   int nhost = 0;

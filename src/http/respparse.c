@@ -73,8 +73,10 @@ static int on_headers_complete(http_parser *p) {
   rp->in_body = 1;
   rp->resp->status = p->status_code;
   /* a coding other than chunked (gzip, chunked) would reach the client
-   * unannounced once the body is out of its chunks */
-  if (!status_acceptable(rp, p->status_code) || gw_transfer_coding(&rp->resp->headers) < 0)
+   * unannounced once the body is out of its chunks; a control character
+   * in a value (RFC 9110 5.5) is refused as any other malformed head */
+  if (!status_acceptable(rp, p->status_code) || gw_transfer_coding(&rp->resp->headers) < 0 ||
+      !gw_headers_values_ok(&rp->resp->headers))
     return -1; /* UP_BAD_RESPONSE, before any of it reaches a client */
   if (p->status_code >= 200)
     rp->resp->head_ns = uv_hrtime(); /* the access log's upstream_ms ends here */

@@ -29,6 +29,8 @@ BAD_ANSWERS = {
     "http2": b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
     # a transfer coding the gateway would drop with its header: the client
     # would get gzip bytes with nothing saying so
+    # a control character as a header value's first byte (RFC 9110 5.5)
+    "nul-in-value": b"HTTP/1.1 200 OK\r\nX-A: \x00evil\r\nContent-Length: 2\r\n\r\nok",
     "gzip-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
                     b"2\r\nok\r\n0\r\n\r\n",
 }

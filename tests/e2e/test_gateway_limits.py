@@ -201,6 +201,8 @@ class Limits(GatewayTestCase):
              % len(inner) + inner),
             ("a TAB in the request target, sent on in the request line",
              b"POST /f\tHTTP/1.0 HTTP/1.1\r\nHost: x\r\nX-Test-Id: h5\r\nContent-Length: 2\r\n\r\nok"),
+            ("a NUL as the first byte of a header value",
+             b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h6\r\nX-A: \x00evil\r\nContent-Length: 2\r\n\r\nok"),
             ("a folded key",
              b"POST /f HTTP/1.1\r\nHost: x\r\nX-Test-Id: h4\r\nIdempotency-Key: a\r\n b\r\n"
              b"Content-Length: 2\r\n\r\nok"),

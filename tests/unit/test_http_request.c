@@ -180,6 +180,10 @@ static void test_head_lines_strict(void **state) {
   expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n\tb\r\nContent-Length: 0\r\n\r\n"), 400);
   expect_error(S("GET / HTTP/1.1\r\nHost: h\r\n\rX"), 400);
   expect_error(S("GET / HTTP/1.1\r\nHost: h\n\rX"), 400);
+  /* a control character as a value's first byte, which http_parser lets by */
+  expect_error(S("GET / HTTP/1.1\r\nHost: h\r\nX-A: \x01evil\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/1.1\r\nHost:\x0bh\r\n\r\n"), 400);
+  expect_error(S("GET / HTTP/1.1\r\nHost: h\r\nX-A:\x7f\r\n\r\n"), 400);
   static const char *const good[] = {
       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
       "\r\n\nPOST / HTTP/1.1\nHost: h\nContent-Length: 3\n\nabc",

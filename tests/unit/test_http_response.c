@@ -98,6 +98,9 @@ static void test_status_lines(void **state) {
   expect("HTTP/1.1 101 Switching\r\n\r\n", 1, 0, GW_RESP_ERROR, 0, "");
   expect("HTTP/1.1 102 Processing\r\n\r\n", 1, 0, GW_RESP_ERROR, 0, "");
   expect("HTTP/1.1 600 Nope\r\nContent-Length: 0\r\n\r\n", 1, 0, GW_RESP_ERROR, 0, "");
+  /* a control character as a value's first byte, which http_parser lets by */
+  expect("HTTP/1.1 200 OK\r\nX-A: \x01v\r\nContent-Length: 0\r\n\r\n", 1, 0, GW_RESP_ERROR, 0, "");
+  expect("HTTP/1.1 200 OK\r\nX-A:\x7f\r\nContent-Length: 0\r\n\r\n", 1, 0, GW_RESP_ERROR, 0, "");
 }
 
 static void test_interim_answers_are_skipped(void **state) {
