@@ -430,9 +430,30 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
  * by LF is no line ending at all. A bare LF still ends a line (RFC 9112 2.2).
  * Returns 0, or -1 refused.
  */
+/* The request line, whole: METHOD SP target SP HTTP/d.d (RFC 9112 3).
+ * http_parser takes "HXXP/1.1" for the version, and two spaces for one. */
+static int request_line_ok(const gw_reqparser *rp) {
+  uint64_t t = rp->rl_tail;
+  char v[8];
+  for (int k = 7; k >= 0; k--, t >>= 8)
+    v[k] = (char)(t & 0xff);
+  return rp->rl_sp == 2 && !rp->rl_bad && !memcmp(v, "HTTP/", 5) && v[5] >= '0' &&
+         v[5] <= '9' && v[6] == '.' && v[7] >= '0' && v[7] <= '9';
+}
+
 static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char c = d[i];
+    if (rp->hd_lines == 1 && rp->hd_state == HD_IN_LINE) {
+      if (c == '\r' || c == '\n') {
+        if (!request_line_ok(rp))
+          return refuse(rp, 400, "a malformed request line (METHOD SP target SP HTTP/1.x)");
+      } else {
+        rp->rl_bad |= c == ' ' && (rp->rl_tail & 0xff) == ' ';
+        rp->rl_sp += c == ' ';
+        rp->rl_tail = rp->rl_tail << 8 | (unsigned char)c;
+      }
+    }
     switch (rp->hd_state) {
     case HD_AFTER_CR:
       if (c != '\n')
@@ -442,8 +463,12 @@ static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
     case HD_LINE_START:
       if ((c == ' ' || c == '\t') && rp->hd_lines)
         return refuse(rp, 400, "a header line folded onto the next (obs-fold)");
-      if (c != '\r' && c != '\n')
-        rp->hd_lines++; /* empty lines before the request line are skipped */
+      if (c != '\r' && c != '\n' && ++rp->hd_lines == 1) {
+        /* empty lines before the request line are skipped */
+        rp->rl_bad = c == ' ';
+        rp->rl_sp = c == ' ';
+        rp->rl_tail = (unsigned char)c;
+      }
       /* fall through */
     default:
       rp->hd_state = c == '\r' ? HD_AFTER_CR : c == '\n' ? HD_LINE_START : HD_IN_LINE;
@@ -567,6 +592,8 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->ck_state = CK_OFF;
   rp->hd_state = HD_LINE_START;
   rp->hd_lines = 0;
+  rp->rl_sp = rp->rl_bad = 0;
+  rp->rl_tail = 0;
   rp->head_lf = 0;
   rp->state = ST_NONE;
   return r;

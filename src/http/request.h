@@ -77,6 +77,9 @@ typedef struct {
    * what a strict peer would not */
   int hd_state;
   int hd_lines;      /* lines of the head begun so far */
+  int rl_sp;         /* the request line's spaces so far */
+  int rl_bad;        /* two spaces in a row in it, or one first */
+  uint64_t rl_tail;  /* its last 8 bytes, the version */
   int head_lf;       /* the head's last byte, its LF, is still to check */
   int ck_state;
   int ck_digits;     /* hex digits of the chunk size so far */

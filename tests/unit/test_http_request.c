@@ -180,6 +180,10 @@ static void test_head_lines_strict(void **state) {
   expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n\tb\r\nContent-Length: 0\r\n\r\n"), 400);
   expect_error(S("GET / HTTP/1.1\r\nHost: h\r\n\rX"), 400);
   expect_error(S("GET / HTTP/1.1\r\nHost: h\n\rX"), 400);
+  /* a request line http_parser reads leniently: another version, two spaces */
+  expect_error(S("GET / HTaP/1.1\r\nHost: h\r\n\r\n"), 400);
+  expect_error(S("GET  / HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
+  expect_error(S("GET /  HTTP/1.1\r\nHost: h\r\n\r\n"), 400);
   /* a control character as a value's first byte, which http_parser lets by */
   expect_error(S("GET / HTTP/1.1\r\nHost: h\r\nX-A: \x01evil\r\n\r\n"), 400);
   expect_error(S("GET / HTTP/1.1\r\nHost:\x0bh\r\n\r\n"), 400);
