@@ -420,16 +420,6 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
   return 0;
 }
 
-/*
- * Read the bytes of a request head again: http_parser (not built strict)
- * takes any byte after a CR as if it were the LF ("Host: h\r\n\rX" ends
- * the head), and joins a line that starts with a space or tab to the one
- * before (obs-fold). A front proxy that reads either otherwise sees other
- * headers, or another end of the head, and the body as another request.
- * RFC 9112 5.2 lets a server refuse obs-fold with a 400; a CR not followed
- * by LF is no line ending at all. A bare LF still ends a line (RFC 9112 2.2).
- * Returns 0, or -1 refused.
- */
 /* The request line, whole: METHOD SP target SP HTTP/d.d (RFC 9112 3).
  * http_parser takes "HXXP/1.1" for the version, and two spaces for one. */
 static int request_line_ok(const gw_reqparser *rp) {
@@ -441,6 +431,16 @@ static int request_line_ok(const gw_reqparser *rp) {
          v[5] <= '9' && v[6] == '.' && v[7] >= '0' && v[7] <= '9';
 }
 
+/*
+ * Read the bytes of a request head again: http_parser (not built strict)
+ * takes any byte after a CR as if it were the LF ("Host: h\r\n\rX" ends
+ * the head), and joins a line that starts with a space or tab to the one
+ * before (obs-fold). A front proxy that reads either otherwise sees other
+ * headers, or another end of the head, and the body as another request.
+ * RFC 9112 5.2 lets a server refuse obs-fold with a 400; a CR not followed
+ * by LF is no line ending at all. A bare LF still ends a line (RFC 9112 2.2).
+ * Returns 0, or -1 refused.
+ */
 static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char c = d[i];
@@ -462,7 +462,7 @@ static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
       break;
     case HD_LINE_START:
       if ((c == ' ' || c == '\t') && rp->hd_lines)
-        return refuse(rp, 400, "a header line folded onto the next (obs-fold)");
+        return refuse(rp, 400, "a header line folded onto the one before (obs-fold)");
       if (c != '\r' && c != '\n' && ++rp->hd_lines == 1) {
         /* empty lines before the request line are skipped */
         rp->rl_bad = c == ' ';
@@ -524,8 +524,10 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
   rp->feed_len = len;
   int in_head = !rp->in_body;
   size_t n = http_parser_execute(&rp->p, &settings, data, len);
-  if (rp->state != ST_ERROR)
-    in_head ? head_scan(rp, data, n) : body_scan(rp, data, n);
+  if (rp->state != ST_ERROR && in_head)
+    head_scan(rp, data, n);
+  else if (rp->state != ST_ERROR)
+    body_scan(rp, data, n);
   if (rp->state == ST_HEAD_DONE) {
     /* paused where the head ends (on_headers_complete): the rest is body */
     rp->state = ST_NONE;
