@@ -73,6 +73,15 @@ static void find_route(gw_exchange *ex) {
 
 /* ---- answers ---- */
 
+/* RFC 9110 6.6.1: a recipient with a clock that forwards an answer without
+ * a Date appends one, of when it received it. Kept with the answer, so a
+ * replay carries the Date the first client got. 0, or -1 out of memory. */
+static int date_if_none(const upstream_response *up, gw_buf *h) {
+  if (gw_headers_get(&up->headers, "Date", NULL, NULL))
+    return 0;
+  return gw_buf_puts(h, gw_date_header());
+}
+
 static void answer_upstream(gw_exchange *ex, gw_outcome outcome) {
   gw_exchange_outcome(ex, outcome);
   upstream_response *up = &ex->up;
@@ -261,7 +270,9 @@ static void on_stream_head(void *arg, upstream_response *up) {
   ex->up_head_ns = uv_hrtime();
   gw_request *r = ex->req;
   gw_buf *h = &ex->stored_headers;
-  policy_replayable_headers(&up->headers, h); /* out of memory: fewer headers, still an answer */
+  /* out of memory: fewer headers, still an answer */
+  if (!policy_replayable_headers(&up->headers, h))
+    date_if_none(up, h);
   int status = up->status;
   int mode = GW_STREAM_RAW;
   size_t len = 0;
@@ -401,7 +412,8 @@ static void on_upstream(void *arg, upstream_response *up) {
     return;
   }
   if (up->kind == UP_OK &&
-      (policy_replayable_headers(&up->headers, &ex->stored_headers) || head_length(ex))) {
+      (policy_replayable_headers(&up->headers, &ex->stored_headers) ||
+       date_if_none(up, &ex->stored_headers) || head_length(ex))) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
   /* what replays carry: the route's replay_headers drop some (the first

@@ -199,6 +199,26 @@ class BadUpstream(GatewayTestCase):
                                    "keyless POST " + name)
             self.assertEqual(up.count(name), 2, name)  # GET is not re-sent either
 
+    def test_answer_without_date_gets_one_kept_for_replays(self):
+        # RFC 9110 6.6.1: a recipient with a clock that forwards an answer
+        # without a Date appends one; the replay carries that same Date
+        from email.utils import parsedate_to_datetime
+        undated = (b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\nConnection: close\r\n\r\n"
+                   b"created")
+        up = self.raw_upstream(lambda rid, n: undated)
+        gw = self.start_gateway(up.url)
+        r1 = gw.request("POST", "/pay", body=b"x", key="undated")
+        time.sleep(1.1)  # a second later: a replay dated anew would differ
+        r2 = gw.request("POST", "/pay", body=b"x", key="undated")
+        r3 = gw.request("GET", "/plain", headers={"X-Test-Id": "undated-get"})
+        self.assertEqual((r1.status, r2.status, r3.status), (201, 201, 201), self.gw_log())
+        self.assertTrue(r2.replayed, r2)
+        for r in (r1, r2, r3):
+            self.assertEqual(len(r.headers_all("Date")), 1, r)
+            date = r.header("Date")
+            self.assertLess(abs(parsedate_to_datetime(date).timestamp() - time.time()), 60, date)
+        self.assertEqual(r2.header("Date"), r1.header("Date"))
+
     def test_interim_100_and_103_then_final(self):
         interims = {
             "100": b"HTTP/1.1 100 Continue\r\n\r\n",
