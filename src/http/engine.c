@@ -455,8 +455,8 @@ static void forward(gw_exchange *ex) {
   gw_request *r = ex->req;
   gw_buf *b = &ex->up_head;
   const gw_headers *h = &r->headers;
-  int nconn = 0; /* Connection lines: each names hop-by-hop fields (RFC 9110 7.6.1) */
-  gw_headers_get(h, "Connection", NULL, &nconn);
+  gw_list conn; /* each of its lines names hop-by-hop fields (RFC 9110 7.6.1) */
+  gw_headers_list(h, "Connection", &conn);
   int has_host = 0, had_framing = 0, err = 0;
   b->len = 0;
   err |= gw_buf_reserve(b, r->target.len + r->headers.text.len + 4 * r->headers.n + 160);
@@ -472,7 +472,7 @@ static void forward(gw_exchange *ex) {
       had_framing = 1;
     if (policy_request_header_dropped(name, nlen))
       continue;
-    if (nconn && gw_headers_list_has(h, "Connection", name, nlen))
+    if (gw_headers_list_has(h, "Connection", &conn, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
     if (gw_ieq(name, nlen, "Host"))
       has_host = 1;

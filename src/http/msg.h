@@ -108,15 +108,29 @@ static inline int gw_ieq(const char *s, size_t len, const char *lit) {
 void gw_free_then(void *p, void (*done)(void *arg), void *arg);
 /* Whether every value in h is valid field content (RFC 9110 5.5): no
  * control character but HTAB, no DEL. http_parser (not built strict)
- * checks all of a value's bytes but its first. */
+ * checks all of a value's bytes but its first: this checks that one. */
 int gw_headers_values_ok(const gw_headers *h);
 /* Whether s is an RFC 9110 token (a valid field name): 1+ tchars. */
 int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (tlen bytes, any
  * length; case-insensitive). */
 int gw_has_token(const char *value, size_t len, const char *token, size_t tlen);
-/* Whether any header called name (a list, such as Connection) holds token:
+/* A list header (such as Connection) as gw_headers_get finds it: its first
+ * line's value and how many lines carry it. */
+typedef struct {
+  const char *first;
+  size_t first_len;
+  int lines;
+} gw_list;
+
+static inline void gw_headers_list(const gw_headers *h, const char *name, gw_list *l) {
+  l->first_len = 0;
+  l->first = gw_headers_get(h, name, &l->first_len, &l->lines);
+}
+
+/* Whether the list header name of h (l, from gw_headers_list) holds token:
  * a list may come in several field lines (RFC 9110 5.3), each counts. */
-int gw_headers_list_has(const gw_headers *h, const char *name, const char *token, size_t tlen);
+int gw_headers_list_has(const gw_headers *h, const char *name, const gw_list *l,
+                        const char *token, size_t tlen);
 
 #endif

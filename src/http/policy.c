@@ -398,15 +398,15 @@ int policy_problem(gw_buf *out, int status, const char *slug, const char *title,
 int policy_replayable_headers(const gw_headers *h, gw_buf *out) {
   /* Connection may come in several field lines: what each names is
    * hop-by-hop (RFC 9110 7.6.1), not only what the first one does */
-  int nconn = 0;
-  gw_headers_get(h, "Connection", NULL, &nconn);
+  gw_list conn;
+  gw_headers_list(h, "Connection", &conn);
   out->len = 0;
   for (size_t i = 0; i < h->n; i++) {
     const char *name = gw_header_name(h, i);
     size_t nlen = h->v[i].name_len;
     if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
       continue;
-    if (nconn && gw_headers_list_has(h, "Connection", name, nlen))
+    if (gw_headers_list_has(h, "Connection", &conn, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
     if (nlen == 19 && !strncasecmp(name, "Idempotent-Replayed", 19))
       continue; /* the gateway's to say: a replay adds its own */

@@ -422,13 +422,41 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
 
 /* The request line, whole: METHOD SP target SP HTTP/d.d (RFC 9112 3).
  * http_parser takes "HXXP/1.1" for the version, and two spaces for one. */
+static int version_ok(const char *v) {
+  return !memcmp(v, "HTTP/", 5) && v[5] >= '0' && v[5] <= '9' && v[6] == '.' && v[7] >= '0' &&
+         v[7] <= '9';
+}
+
+/* The line from s to e, all of it at hand (the usual case). */
+static int request_line_text_ok(const char *s, const char *e) {
+  const char *sp1 = memchr(s, ' ', (size_t)(e - s));
+  const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(e - sp1 - 1)) : NULL;
+  /* the 8 bytes after the second space are the version, and hold none */
+  return sp1 > s && sp2 > sp1 + 1 && e - sp2 == 9 && version_ok(sp2 + 1);
+}
+
+/* The line as counted by request_line_byte, when it came in pieces. */
 static int request_line_ok(const gw_reqparser *rp) {
   uint64_t t = rp->rl_tail;
   char v[8];
   for (int k = 7; k >= 0; k--, t >>= 8)
     v[k] = (char)(t & 0xff);
-  return rp->rl_sp == 2 && !rp->rl_bad && !memcmp(v, "HTTP/", 5) && v[5] >= '0' &&
-         v[5] <= '9' && v[6] == '.' && v[7] >= '0' && v[7] <= '9';
+  return rp->rl_sp == 2 && !rp->rl_bad && version_ok(v);
+}
+
+/* The request line's bytes, one at a time (it may come in pieces): its
+ * spaces, two in a row, and its last 8 bytes (the version). */
+static void request_line_byte(gw_reqparser *rp, char c) {
+  rp->rl_bad |= c == ' ' && (rp->rl_tail & 0xff) == ' ';
+  rp->rl_sp += c == ' ';
+  rp->rl_tail = rp->rl_tail << 8 | (unsigned char)c;
+}
+
+/* The first CR or LF in [p, end), or end. */
+static const char *line_end(const char *p, const char *end) {
+  const char *lf = memchr(p, '\n', (size_t)(end - p)), *stop = lf ? lf : end;
+  const char *cr = memchr(p, '\r', (size_t)(stop - p));
+  return cr ? cr : stop;
 }
 
 /*
@@ -439,39 +467,46 @@ static int request_line_ok(const gw_reqparser *rp) {
  * headers, or another end of the head, and the body as another request.
  * RFC 9112 5.2 lets a server refuse obs-fold with a 400; a CR not followed
  * by LF is no line ending at all. A bare LF still ends a line (RFC 9112 2.2).
- * Returns 0, or -1 refused.
+ * Inside a header line it jumps to the line's end (memchr): only the
+ * request line is read byte by byte. Returns 0, or -1 refused.
  */
 static int head_scan(gw_reqparser *rp, const char *d, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    char c = d[i];
-    if (rp->hd_lines == 1 && rp->hd_state == HD_IN_LINE) {
-      if (c == '\r' || c == '\n') {
-        if (!request_line_ok(rp))
-          return refuse(rp, 400, "a malformed request line (METHOD SP target SP HTTP/1.x)");
-      } else {
-        rp->rl_bad |= c == ' ' && (rp->rl_tail & 0xff) == ' ';
-        rp->rl_sp += c == ' ';
-        rp->rl_tail = rp->rl_tail << 8 | (unsigned char)c;
-      }
-    }
+  const char *p = d, *end = d + n, *rl_start = NULL; /* the request line, begun here */
+  while (p < end) {
+    char c = *p;
     switch (rp->hd_state) {
     case HD_AFTER_CR:
       if (c != '\n')
         return refuse(rp, 400, "a CR not followed by LF in the request head");
       rp->hd_state = HD_LINE_START;
+      p++;
       break;
     case HD_LINE_START:
       if ((c == ' ' || c == '\t') && rp->hd_lines)
         return refuse(rp, 400, "a header line folded onto the one before (obs-fold)");
       if (c != '\r' && c != '\n' && ++rp->hd_lines == 1) {
         /* empty lines before the request line are skipped */
+        rl_start = p;
         rp->rl_bad = c == ' ';
         rp->rl_sp = c == ' ';
         rp->rl_tail = (unsigned char)c;
       }
-      /* fall through */
-    default:
       rp->hd_state = c == '\r' ? HD_AFTER_CR : c == '\n' ? HD_LINE_START : HD_IN_LINE;
+      p++;
+      break;
+    default: { /* HD_IN_LINE */
+      const char *e = line_end(p, end);
+      if (rp->hd_lines == 1) {
+        int whole = rl_start && e < end;
+        for (const char *q = p; !whole && q < e; q++)
+          request_line_byte(rp, *q);
+        if (e < end && !(whole ? request_line_text_ok(rl_start, e) : request_line_ok(rp)))
+          return refuse(rp, 400, "a malformed request line (METHOD SP target SP HTTP/1.x)");
+      }
+      if (e < end)
+        rp->hd_state = *e == '\r' ? HD_AFTER_CR : HD_LINE_START;
+      p = e < end ? e + 1 : end;
+    }
     }
   }
   return 0;
