@@ -64,6 +64,8 @@ typedef struct {
   const gw_config *cfg;
   gw_request *cur;   /* the request being built */
   size_t head_bytes; /* the head's bytes so far: request line, header lines, blank line */
+  size_t trailer_bytes; /* a chunked body's trailer fields so far, counted as the head's */
+  int in_trailer_name;  /* the last trailer callback was a field name's */
   int started;       /* some byte of the current request arrived */
   int state;         /* internal: what the last callback decided */
   int error_status;  /* 400, 413, 431 */
