@@ -4,7 +4,8 @@ scripts/run.sh in a copy of the tree (the files git knows, so the build is
 fresh), then the README's walk-through against it: the same request twice
 gives one order and a replay, another body under the key is 422, the example
 API counts one order; SIGTERM to the script stops the gateway and the API,
-and the script exits 0. Its fixed ports (8080 to 8082) must be free."""
+and the script exits 0. Its fixed ports (8080 to 8082) must be free: when
+one is in use it exits 77, which ctest reports as skipped."""
 import http.client
 import json
 import os
@@ -83,7 +84,9 @@ def walk_through(proc):
 
 def main():
     busy = [p for p in PORTS.values() if port_open(p)]
-    check(not busy, "ports 8080 to 8082 free (busy: %s)" % busy)
+    if busy:  # another program's ports: nothing this test can say (ctest: skipped)
+        print("run check: skipped: ports %s are in use, and run.sh listens there" % busy)
+        sys.exit(77)
     tmp = tempfile.mkdtemp(prefix="idem-run-check.")
     proc = None
     try:
