@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
+
 enum { ST_NONE = 0, ST_HEAD, ST_DONE, ST_ERROR, ST_HEAD_DONE };
 
 /* Where head_scan is on a line of the head. */
@@ -291,21 +293,9 @@ static int on_body(http_parser *p, const char *at, size_t len) {
       p->content_length + len <= rp->cfg->max_body &&
       gw_buf_reserve(&r->body, (size_t)p->content_length + len))
     return refuse(rp, 503, "out of memory");
-  if (gw_buf_append(&r->body, at, len))
-    return refuse(rp, 503, "out of memory");
-  if (rp->chunked && p->content_length == 0) {
-    /* The chunk's data is complete and CRLF must follow. http_parser built
-     * without strict mode skips any two bytes here ("3\r\nabcXX0..."), so
-     * check them: now if they are in this buffer, else at the next feed. */
-    const char *next = at + len, *end = rp->feed_base + rp->feed_len;
-    rp->crlf_left = 2;
-    while (rp->crlf_left && next < end) {
-      if (*next++ != "\r\n"[2 - rp->crlf_left])
-        return refuse(rp, 400, "chunk data not followed by CRLF");
-      rp->crlf_left--;
-    }
-  }
-  return 0;
+  /* the CRLF after a chunk's data, which http_parser built without strict
+   * mode skips unread ("3\r\nabcXX0..."), is chunk_scan's to check */
+  return gw_buf_append(&r->body, at, len) ? refuse(rp, 503, "out of memory") : 0;
 }
 
 static int on_message_complete(http_parser *p) {
@@ -340,12 +330,6 @@ void gw_reqparser_free(gw_reqparser *rp) {
   }
 }
 
-static int hexdigit(unsigned char c) {
-  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
-}
-
-static int hexval(unsigned char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
-
 /*
  * Read the framing of a chunked body again, as the bytes http_parser took:
  * it lets through a size line with any byte after its CR ("2\rXab"), any
@@ -361,11 +345,12 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)d[i];
     switch (rp->ck_state) {
-    case CK_SIZE:
-      if (hexdigit(c)) {
+    case CK_SIZE: {
+      int digit = idem_hexval(c);
+      if (digit >= 0) {
         rp->ck_digits++;
         if (rp->ck_left < ((uint64_t)1 << 59)) /* larger is http_parser's error */
-          rp->ck_left = rp->ck_left * 16 + (uint64_t)hexval(c);
+          rp->ck_left = rp->ck_left * 16 + (uint64_t)digit;
         break;
       }
       if (!rp->ck_digits)
@@ -379,6 +364,7 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
       else
         return refuse(rp, 400, "invalid chunk size in a chunked body");
       break;
+    }
     case CK_BWS:
       if (c == ';')
         rp->ck_state = CK_EXT;
@@ -566,16 +552,8 @@ gw_parse_result gw_reqparser_feed(gw_reqparser *rp, const char *data,
     return GW_PARSE_ERROR;
   }
   rp->state = ST_NONE;
-  for (size_t i = 0; rp->crlf_left && i < len; i++, rp->crlf_left--)
-    if (data[i] != "\r\n"[2 - rp->crlf_left]) {
-      refuse(rp, 400, "chunk data not followed by CRLF");
-      *used = len;
-      return GW_PARSE_ERROR;
-    }
   if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
     http_parser_pause(&rp->p, 0);
-  rp->feed_base = data;
-  rp->feed_len = len;
   int in_head = !rp->in_body;
   size_t n = http_parser_execute(&rp->p, &settings, data, len);
   if (rp->state != ST_ERROR && in_head)
@@ -631,8 +609,6 @@ gw_parse_result gw_reqparser_eof(gw_reqparser *rp) {
   rp->state = ST_NONE;
   if (HTTP_PARSER_ERRNO(&rp->p) == HPE_PAUSED)
     http_parser_pause(&rp->p, 0);
-  rp->feed_base = NULL;
-  rp->feed_len = 0;
   http_parser_execute(&rp->p, &settings, NULL, 0);
   return rp->state == ST_DONE ? GW_PARSE_DONE : GW_PARSE_MORE;
 }
@@ -646,7 +622,6 @@ gw_request *gw_reqparser_take(gw_reqparser *rp) {
   rp->in_trailer_name = 0;
   rp->chunked = 0;
   rp->in_body = 0;
-  rp->crlf_left = 0;
   rp->ck_state = CK_OFF;
   rp->hd_state = HD_LINE_START;
   rp->hd_lines = 0;

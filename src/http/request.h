@@ -71,9 +71,6 @@ typedef struct {
   int error_status;  /* 400, 413, 431 */
   int chunked;       /* the current request has a chunked body */
   int in_body;       /* past the head: header callbacks now are trailers */
-  const char *feed_base; /* the buffer being fed, for on_body's checks */
-  size_t feed_len;
-  int crlf_left;     /* bytes of a chunk's closing CRLF still to check */
   /* the head's lines and the chunked body's framing, read again byte by
    * byte (reqparse.c, head_scan and chunk_scan): http_parser lets through
    * what a strict peer would not */
