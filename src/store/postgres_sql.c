@@ -677,14 +677,16 @@ static const char *const gss_modes[] = {"disable", "prefer", "require"};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The option o of a conninfo as libpq will refuse it when it connects, as a
- * sentence; NULL when it takes it. */
-static const char *bad_libpq_option(const PQconninfoOption *o) {
+ * sentence (in text, when it names the option); NULL when it takes it. */
+static const char *bad_libpq_option(const PQconninfoOption *o, char *text, size_t len) {
   if (!strcmp(o->keyword, "port") && bad_ports(o->val))
     return "the port must be a number from 1 to 65535";
   if (!strcmp(o->keyword, "sslmode") && bad_choice(o->val, ssl_modes, COUNT(ssl_modes)))
     return "sslmode= takes disable, allow, prefer, require, verify-ca or verify-full";
-  if (is_int_option(o->keyword) && bad_int(o->val))
-    return "takes a whole number";
+  if (is_int_option(o->keyword) && bad_int(o->val)) {
+    snprintf(text, len, "%s= takes a whole number", o->keyword);
+    return text;
+  }
   if (!strcmp(o->keyword, "target_session_attrs") &&
       bad_choice(o->val, session_attrs, COUNT(session_attrs)))
     return "target_session_attrs= takes any, read-write, read-only, primary, standby or "
@@ -706,14 +708,10 @@ static char *conninfo_problem(const char *info) {
     return msg;
   }
   for (PQconninfoOption *o = opts; o->keyword && !msg; o++) {
-    const char *why = o->val ? bad_libpq_option(o) : NULL;
-    if (why && is_int_option(o->keyword)) {
-      char text[120];
-      snprintf(text, sizeof text, "%s= %s", o->keyword, why);
-      msg = idem_pg_message("postgres", text);
-    } else if (why) {
+    char text[120];
+    const char *why = o->val ? bad_libpq_option(o, text, sizeof text) : NULL;
+    if (why)
       msg = idem_pg_message("postgres", why);
-    }
   }
   PQconninfoFree(opts);
   return msg;
