@@ -73,10 +73,14 @@ static void find_route(gw_exchange *ex) {
 
 /* ---- answers ---- */
 
-/* RFC 9110 6.6.1: a recipient with a clock that forwards an answer without
- * a Date appends one, of when it received it. Kept with the answer, so a
- * replay carries the Date the first client got. 0, or -1 out of memory. */
-static int date_if_none(const upstream_response *up, gw_buf *h) {
+/* The upstream answer's headers as they are kept and replayed into h: the
+ * replayable ones, and a Date when it had none (RFC 9110 6.6.1: a recipient
+ * with a clock that forwards an answer without one appends one, of when it
+ * received it; kept, so a replay carries the Date the first client got).
+ * 0, or -1 out of memory. */
+static int kept_headers(const upstream_response *up, gw_buf *h) {
+  if (policy_replayable_headers(&up->headers, h))
+    return -1;
   if (gw_headers_get(&up->headers, "Date", NULL, NULL))
     return 0;
   return gw_buf_puts(h, gw_date_header());
@@ -270,9 +274,7 @@ static void on_stream_head(void *arg, upstream_response *up) {
   ex->up_head_ns = uv_hrtime();
   gw_request *r = ex->req;
   gw_buf *h = &ex->stored_headers;
-  /* out of memory: fewer headers, still an answer */
-  if (!policy_replayable_headers(&up->headers, h))
-    date_if_none(up, h);
+  kept_headers(up, h); /* out of memory: fewer headers, still an answer */
   int status = up->status;
   int mode = GW_STREAM_RAW;
   size_t len = 0;
@@ -412,8 +414,7 @@ static void on_upstream(void *arg, upstream_response *up) {
     return;
   }
   if (up->kind == UP_OK &&
-      (policy_replayable_headers(&up->headers, &ex->stored_headers) ||
-       date_if_none(up, &ex->stored_headers) || head_length(ex))) {
+      (kept_headers(up, &ex->stored_headers) || head_length(ex))) {
     up->kind = UP_BAD_RESPONSE; /* out of memory: cannot keep the answer */
   }
   /* what replays carry: the route's replay_headers drop some (the first
