@@ -112,6 +112,22 @@ static void expect_error(const char *text, size_t len, int status) {
   }
 }
 
+/* Each of good[0..n) is a request whose body is "abc": taken, and the
+ * request after it too, whole or fed in steps of 1 to 3 bytes. */
+static void expect_abc_then_next(const char *const *good, size_t n) {
+  for (size_t g = 0; g < n; g++)
+    for (size_t step = 0; step < 4; step++) {
+      outcome o;
+      char text[512];
+      int len = snprintf(text, sizeof text, "%sGET /next HTTP/1.1\r\nHost: h\r\n\r\n", good[g]);
+      run(text, (size_t)len, step, &o);
+      if (o.n != 2 || o.req[0]->body.len != 3 || memcmp(o.req[0]->body.p, "abc", 3))
+        fail_msg("case %zu step %zu: %d requests, error %d", g, step, o.n, o.error_status);
+      assert_string_equal(o.req[1]->target.p, "/next");
+      release(&o);
+    }
+}
+
 static void test_ambiguous_framing(void **state) {
   (void)state;
   expect_error(S("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"), 400);
@@ -155,17 +171,7 @@ static void test_chunk_framing_strict(void **state) {
       "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
       "2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
   };
-  for (size_t g = 0; g < sizeof good / sizeof good[0]; g++)
-    for (size_t step = 0; step < 4; step++) {
-      outcome o;
-      char text[512];
-      int n = snprintf(text, sizeof text, "%sGET /next HTTP/1.1\r\nHost: h\r\n\r\n", good[g]);
-      run(text, (size_t)n, step, &o);
-      if (o.n != 2 || o.req[0]->body.len != 3 || memcmp(o.req[0]->body.p, "abc", 3))
-        fail_msg("case %zu step %zu: %d requests, error %d", g, step, o.n, o.error_status);
-      assert_string_equal(o.req[1]->target.p, "/next");
-      release(&o);
-    }
+  expect_abc_then_next(good, sizeof good / sizeof good[0]);
 #undef CHUNKED_HEAD
 }
 
@@ -202,17 +208,7 @@ static void test_head_lines_strict(void **state) {
       "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc",
       "POST / HTTP/1.1\r\nHost: h\r\nX-A: a b\t c\r\nContent-Length: 3\n\nabc",
   };
-  for (size_t g = 0; g < sizeof good / sizeof good[0]; g++)
-    for (size_t step = 0; step < 4; step++) {
-      outcome o;
-      char text[512];
-      int n = snprintf(text, sizeof text, "%sGET /next HTTP/1.1\r\nHost: h\r\n\r\n", good[g]);
-      run(text, (size_t)n, step, &o);
-      if (o.n != 2 || o.req[0]->body.len != 3 || memcmp(o.req[0]->body.p, "abc", 3))
-        fail_msg("case %zu step %zu: %d requests, error %d", g, step, o.n, o.error_status);
-      assert_string_equal(o.req[1]->target.p, "/next");
-      release(&o);
-    }
+  expect_abc_then_next(good, sizeof good / sizeof good[0]);
 }
 
 static void test_limits(void **state) {
