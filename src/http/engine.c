@@ -473,7 +473,7 @@ static void forward(gw_exchange *ex) {
       had_framing = 1;
     if (policy_request_header_dropped(name, nlen))
       continue;
-    if (gw_headers_list_has(h, "Connection", &conn, name, nlen))
+    if (gw_headers_list_has(&conn, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
     if (gw_ieq(name, nlen, "Host"))
       has_host = 1;

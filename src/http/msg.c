@@ -219,13 +219,13 @@ int gw_has_token(const char *value, size_t len, const char *token, size_t tlen) 
   return 0;
 }
 
-int gw_headers_list_has(const gw_headers *h, const char *name, const gw_list *l,
-                        const char *token, size_t tlen) {
+int gw_headers_list_has(const gw_list *l, const char *token, size_t tlen) {
   if (l->lines <= 1) /* the usual case: one line, read as it is */
     return l->lines && gw_has_token(l->first, l->first_len, token, tlen);
-  size_t name_len = strlen(name);
+  const gw_headers *h = l->h;
+  size_t name_len = strlen(l->name);
   for (size_t i = 0; i < h->n; i++)
-    if (h->v[i].name_len == name_len && !strncasecmp(gw_header_name(h, i), name, name_len) &&
+    if (h->v[i].name_len == name_len && !strncasecmp(gw_header_name(h, i), l->name, name_len) &&
         gw_has_token(gw_header_value(h, i), h->v[i].value_len, token, tlen))
       return 1;
   return 0;

@@ -115,22 +115,25 @@ int gw_is_token(const char *s, size_t len);
 /* Whether a comma-separated header value holds token (tlen bytes, any
  * length; case-insensitive). */
 int gw_has_token(const char *value, size_t len, const char *token, size_t tlen);
-/* A list header (such as Connection) as gw_headers_get finds it: its first
- * line's value and how many lines carry it. */
+/* A list header of h (such as Connection) as gw_headers_get finds it: its
+ * first line's value and how many lines carry it. */
 typedef struct {
+  const gw_headers *h;
+  const char *name;
   const char *first;
   size_t first_len;
   int lines;
 } gw_list;
 
 static inline void gw_headers_list(const gw_headers *h, const char *name, gw_list *l) {
+  l->h = h;
+  l->name = name;
   l->first_len = 0;
   l->first = gw_headers_get(h, name, &l->first_len, &l->lines);
 }
 
-/* Whether the list header name of h (l, from gw_headers_list) holds token:
- * a list may come in several field lines (RFC 9110 5.3), each counts. */
-int gw_headers_list_has(const gw_headers *h, const char *name, const gw_list *l,
-                        const char *token, size_t tlen);
+/* Whether the list l (from gw_headers_list) holds token: a list may come in
+ * several field lines (RFC 9110 5.3), each counts. */
+int gw_headers_list_has(const gw_list *l, const char *token, size_t tlen);
 
 #endif

@@ -406,7 +406,7 @@ int policy_replayable_headers(const gw_headers *h, gw_buf *out) {
     size_t nlen = h->v[i].name_len;
     if (policy_hop_header(name, nlen) || !gw_is_token(name, nlen))
       continue;
-    if (gw_headers_list_has(h, "Connection", &conn, name, nlen))
+    if (gw_headers_list_has(&conn, name, nlen))
       continue; /* named by Connection: hop-by-hop too */
     if (nlen == 19 && !strncasecmp(name, "Idempotent-Replayed", 19))
       continue; /* the gateway's to say: a replay adds its own */

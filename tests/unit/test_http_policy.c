@@ -217,17 +217,17 @@ static void test_connection_lines(void **state) {
   gw_list conn;
   gw_headers_list(&h, "Connection", &conn);
   assert_int_equal(conn.lines, 2);
-  assert_true(gw_headers_list_has(&h, "Connection", &conn, "x-b", 3));
-  assert_true(gw_headers_list_has(&h, "Connection", &conn, "Keep-Alive", 10));
-  assert_false(gw_headers_list_has(&h, "Connection", &conn, "X-C", 3));
+  assert_true(gw_headers_list_has(&conn, "x-b", 3));
+  assert_true(gw_headers_list_has(&conn, "Keep-Alive", 10));
+  assert_false(gw_headers_list_has(&conn, "X-C", 3));
   /* one line: read as it is */
   gw_headers one = {0};
   gw_headers_on_field(&one, "Connection", 10);
   gw_headers_on_value(&one, "close, X-D", 10);
   gw_headers_done(&one);
   gw_headers_list(&one, "Connection", &conn);
-  assert_true(gw_headers_list_has(&one, "Connection", &conn, "x-d", 3));
-  assert_false(gw_headers_list_has(&one, "Connection", &conn, "X-C", 3));
+  assert_true(gw_headers_list_has(&conn, "x-d", 3));
+  assert_false(gw_headers_list_has(&conn, "X-C", 3));
   gw_headers_free(&one);
   gw_buf out = {0};
   assert_int_equal(policy_replayable_headers(&h, &out), 0);
