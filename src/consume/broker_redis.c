@@ -32,7 +32,8 @@
  * free; one that came back full is due again at once, so a dead consumer's
  * backlog is taken over as fast as the window frees, not a page a tick.
  * Close: once everything is settled, the consumer leaves the group unless
- * it still has entries pending (forget_script).
+ * it still has entries pending (forget_script). One that was killed never
+ * leaves; the others remove it once it has nothing pending (reap_script).
  *
  * Either connection lost: both go, and come back with backoff (100 ms to
  * 2 s); the host name is looked up again each time, off the loop. Settles
@@ -93,6 +94,9 @@ struct rbroker {
   rmsg *failq;
   size_t outstanding; /* delivered, not yet settled */
   size_t settling;    /* settles in flight */
+  int reaping;        /* reap_script sent, not yet answered */
+  uint64_t reaped_at; /* uv_now when reap_script was last sent */
+  int reap_failed;    /* its refusal logged already */
   int leaving;        /* closing: forget_script sent, not yet answered */
   int left;           /* closing: forget_script done (or not possible) */
   char last_err[160];
@@ -114,6 +118,27 @@ static const char forget_script[] =
     "if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end\n"
     "redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])\n"
     "return 1\n";
+
+/* A consumer killed (SIGKILL, a crash, a lost host) never leaves, and
+ * named HOST-PID, each one stayed in the group for good. So every consumer
+ * now and then removes those with nothing pending that have not been heard
+ * from for longer than --lock-ttl: their entries, taken over after that
+ * long, are no longer theirs. A live consumer with nothing to do looks the
+ * same (Redis 7.0 counts idle time from the last read that brought
+ * something); removing it loses nothing, as the next entry handed to it
+ * makes it again. Not logged: on a quiet stream that is every --lock-ttl.
+ * ARGV: the group, the idle limit in ms, this consumer's name. */
+static const char reap_script[] =
+    "local n = 0\n"
+    "for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do\n"
+    "  local f = {}\n"
+    "  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end\n"
+    "  if f['pending'] == 0 and f['idle'] > tonumber(ARGV[2]) and f['name'] ~= ARGV[3] then\n"
+    "    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])\n"
+    "    n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "return n\n";
 
 static void conn_start(rbroker *b);
 static void maybe_done(rbroker *b);
@@ -501,10 +526,38 @@ static void kick_claim(rbroker *b) {
   }
 }
 
+static void on_reaped(redisAsyncContext *ac, void *reply, void *priv) {
+  rbroker *b = priv;
+  redisReply *r = reply;
+  (void)ac;
+  b->reaping = 0;
+  if (r && r->type == REDIS_REPLY_ERROR && !b->reap_failed) {
+    b->reap_failed = 1; /* an ACL without XINFO: said once, not every --lock-ttl */
+    fprintf(stderr, "idem consume: cannot remove dead consumers of group %s: %.200s\n", b->group, r->str);
+  }
+  maybe_done(b);
+}
+
+/* At most once a --lock-ttl, and at once when connected. */
+static void maybe_reap(rbroker *b) {
+  uint64_t now = uv_now(b->base.o.loop);
+  if (!b->up || b->reaping || b->base.closing ||
+      (b->reaped_at && now - b->reaped_at < (uint64_t)b->base.o.lock_ttl_ms))
+    return;
+  char idle[24];
+  snprintf(idle, sizeof idle, "%lld", (long long)b->base.o.lock_ttl_ms);
+  const char *argv[] = {"EVAL", reap_script, "1", b->stream, b->group, idle, b->consumer};
+  if (!rconn_send(b->wr, 7, argv, NULL, on_reaped, b)) {
+    b->reaping = 1;
+    b->reaped_at = now;
+  }
+}
+
 static void on_claim_timer(uv_timer_t *t) {
   rbroker *b = t->data;
   b->claim_due = 1;
   kick_claim(b);
+  maybe_reap(b);
 }
 
 /* Hand the free window out, first to whichever did not go last. */
@@ -563,6 +616,7 @@ static void became_ready(rbroker *b) {
   }
   set_up(b, 1);
   kick(b);
+  maybe_reap(b);
 }
 
 static void on_group(redisAsyncContext *ac, void *reply, void *priv) {
@@ -712,8 +766,8 @@ static void on_forgotten(redisAsyncContext *ac, void *reply, void *priv) {
  * and every delivered message settled; then this consumer leaves the group
  * (forget_script), and the connections close. */
 static void maybe_done(rbroker *b) {
-  if (!b->base.closing || b->reading || b->claiming || b->resolving || b->outstanding || b->settling ||
-      b->failq || b->leaving || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
+  if (!b->base.closing || b->reading || b->claiming || b->reaping || b->resolving || b->outstanding ||
+      b->settling || b->failq || b->leaving || !b->timers_open || uv_is_closing((uv_handle_t *)&b->claim_timer))
     return;
   if (!b->left) {
     b->left = 1;

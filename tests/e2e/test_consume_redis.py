@@ -254,6 +254,31 @@ class Consumers(ConsumeCase):
         self.assertEqual(self.pending(), 1)
 
 
+    def test_consumers_killed_are_removed_once_nothing_is_pending(self):
+        # "ghost" was killed with nothing pending, "holder" with an entry
+        # pending: a live consumer removes each once it has nothing pending
+        # and has been idle over --lock-ttl (holder's entry taken over
+        # first). Live consumers removed while quiet (Redis 7.0 cannot tell
+        # them apart) come back with their next entry and lose nothing.
+        self.publish([{"message_id": "held", "body": "x"}])
+        self.r.command("XGROUP", "CREATE", STREAM, GROUP, "0")
+        self.r.command("XGROUP", "CREATECONSUMER", STREAM, GROUP, "ghost")
+        self.r.command("XREADGROUP", "GROUP", GROUP, "holder", "COUNT", "1", "STREAMS", STREAM, ">")
+        live = [self.consumer("--lock-ttl", "1s", store="lmdb:%s/store%d" % (self.tmp, i))
+                for i in range(2)]
+        wait_for(lambda: not {"ghost", "holder"} & set(self.consumer_names()), 15,
+                 what="ghost and holder removed: %s" % self.consumer_names())
+        self.wait_settled()
+        self.assertEqual(self.h.successes("held"), 1)
+        keys = ["after-%d" % i for i in range(40)]
+        self.publish([{"message_id": k, "body": "x"} for k in keys])
+        self.wait_settled()
+        for k in keys:
+            self.assertEqual(self.h.successes(k), 1, k)
+        for c in live:
+            self.assertEqual(c.stop(), 0, c.stderr())
+        self.assertEqual(self.consumer_names(), [])
+
 class Leases(ConsumeCase):
     def test_a_complete_after_failed_claims_is_tried_again(self):
         # the claim failed while the store was away (its backoff grew); the
