@@ -461,7 +461,9 @@ static int wait_for_work(lmdb_env *e, const writer_state *w) {
     wait_until_us(e, until);
     if (owner && handover_due(e))
       return 1;
-    if (owner) { /* idle: what LMDB now holds need not stay in memory */
+    if (owner && atomic_load(&e->ck_seq) > e->pruned_at) {
+      /* idle, and a checkpoint since the last prune: what LMDB now holds
+       * need not stay in memory (the lock is dropped only then) */
       pthread_mutex_unlock(&e->lock);
       lmdb_log_prune(e);
       pthread_mutex_lock(&e->lock);
