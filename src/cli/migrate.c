@@ -1,7 +1,7 @@
 /* migrate.c - `idem migrate --store URI`: create or upgrade a store's schema.
  *
  * Only PostgreSQL has a schema; other stores need nothing and are only
- * checked to open. Exit 0: the schema is current (or --check: it already
+ * checked to open and answer. Exit 0: the schema is current (or --check: it already
  * was); 1: it could not be migrated (or --check: it needs a migration);
  * 2: usage. */
 #include <stddef.h>
@@ -40,13 +40,25 @@ static const setting_table migrate_table = {"migrate", migrate_settings,
                                             sizeof migrate_settings / sizeof migrate_settings[0]};
 
 /* Any store but PostgreSQL (or any store at all, in a build without
- * PostgreSQL, where opening a postgres:// URI says that this build has none). */
+ * PostgreSQL, where opening a postgres:// URI says that this build has none).
+ * A network store opens without a word to its server, so one read says it
+ * answers: a Redis that is down, or refuses us, is a failure (1), as for
+ * keys and gc, not "nothing to migrate". */
 static int other_store(const char *uri) {
   idem_sync *sync;
   int rc = cli_open_existing_store("migrate", uri, &sync); /* never creates one */
   if (rc)
     return rc;
+  idem_op op = {.kind = IDEM_OP_GET, .key = "idem-migrate-probe"};
+  idem_result res;
+  int err = idem_sync_run(sync, &op, &res);
+  idem_result_clear(&res);
   idem_sync_close(sync);
+  if (err && err != IDEM_ENOTFOUND) {
+    fprintf(stderr, "idem migrate: store '%s': %s (%s)\n", uri, idem_strerror(err),
+            idem_errname(err));
+    return 1;
+  }
   printf("%.*s stores have no schema: nothing to migrate\n", (int)strcspn(uri, ":"), uri);
   return 0;
 }

@@ -148,6 +148,18 @@ class KeysAndGc(GatewayTestCase):
             self.assertEqual(code, 1, (uri, out, err))
             self.assertIn("IDEM_ESTORE", err, uri)
 
+    def test_migrate_on_an_unreachable_network_store_fails(self):
+        # README: exit 1 on a store error. Redis has no schema, but a Redis
+        # that does not answer is not "nothing to migrate" with status 0
+        for uri in ("redis://127.0.0.1:1", "redis+cluster://127.0.0.1:1"):
+            for cmd in (["migrate"], ["migrate", "--check"]):
+                code, out, err = run_idem(cmd + ["--store", uri])
+                if "no Redis support" in err:
+                    self.skipTest("a build without Redis")
+                self.assertEqual(code, 1, (cmd, uri, out, err))
+                self.assertIn("IDEM_ESTORE", err, (cmd, uri))
+                self.assertNotIn("nothing to migrate", out, (cmd, uri))
+
     def test_a_path_without_a_store_is_not_created(self):
         # a mistyped path must be an error, not a new empty store
         missing = os.path.join(self.dir, "typo")
