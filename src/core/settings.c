@@ -1,6 +1,7 @@
 /* settings.c - table-driven flags, defaults and --help (see settings.h). */
 #include "core/settings.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,9 @@ static int set_size(const setting *s, uint64_t *field, const char *v, char *err,
 
 static int set_count(const setting *s, int *field, const char *v, char *err, size_t len) {
   char *end;
+  /* digits only: strtoll would also take leading blanks and a sign */
   long long n = strtoll(v, &end, 10);
-  if (!*v || *end || n < s->min || n > s->max) {
+  if (!isdigit((unsigned char)v[0]) || *end || n < s->min || n > s->max) {
     idem_errf(err, len, "--%s: '%s' is not a number from %lld to %lld", s->name, v,
             (long long)s->min, (long long)s->max);
     return -1;

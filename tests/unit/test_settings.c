@@ -121,6 +121,12 @@ static void test_refusals_name_the_flag_and_form(void **state) {
   expect(&c, PARSE(&c, "--size", "512"), "from 1KiB to 1MiB (e.g. 64KiB)");
   expect(&c, PARSE(&c, "--count", "11"), "--count: '11' is not a number from 1 to 10");
   expect(&c, PARSE(&c, "--count", "2x"), "from 1 to 10");
+  /* digits only, as durations and sizes take them: strtoll's leading
+   * blanks and sign are not a number's form ("5 " was refused, " 5" not) */
+  expect(&c, PARSE(&c, "--count", " 5"), "--count: ' 5' is not a number from 1 to 10");
+  expect(&c, PARSE(&c, "--count", "+5"), "--count: '+5' is not a number from 1 to 10");
+  expect(&c, PARSE(&c, "--count", "\t5"), "is not a number from 1 to 10");
+  expect(&c, PARSE(&c, "--count", "-0"), "is not a number from 1 to 10");
   expect(&c, PARSE(&c, "--upper", "q"), "--upper: 'q' is not upper case");
   expect(&c, PARSE(&c, "--nope"), "unknown option '--nope'");
   expect(&c, PARSE(&c, "--nope=1"), "unknown option '--nope'");
