@@ -30,4 +30,8 @@ int cli_parse(const setting_table *t, void *cfg, int argc, char **argv, settings
 struct idem_sync;
 int cli_open_existing_store(const char *cmd, const char *uri, struct idem_sync **out);
 
+/* Flush standard output: 0, or 1 after "idem CMD: cannot write the output:
+ * REASON" (a full disk, a closed pipe), so that a cut output never exits 0. */
+int cli_flush_stdout(const char *cmd);
+
 #endif

@@ -72,5 +72,7 @@ int cmd_config(int argc, char **argv) {
     rc = print_openapi(cfg.routes);
   }
   gw_config_free(&cfg);
+  if (!rc)
+    rc = cli_flush_stdout("config");
   return rc;
 }

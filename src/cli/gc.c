@@ -75,5 +75,5 @@ int cmd_gc(int argc, char **argv) {
             deleted);
     return 1;
   }
-  return fflush(stdout) ? 1 : 0;
+  return cli_flush_stdout("gc");
 }

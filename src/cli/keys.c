@@ -213,7 +213,7 @@ static int run_list(idem_sync *sync, const keys_args *a) {
     if (!more)
       break;
   }
-  return fflush(stdout) ? 1 : 0;
+  return cli_flush_stdout("keys");
 }
 
 int cmd_keys(int argc, char **argv) {
@@ -244,8 +244,8 @@ int cmd_keys(int argc, char **argv) {
       print_record(stdout, res.record);
     }
     idem_result_clear(&res);
-    if (!rc && fflush(stdout))
-      rc = 1;
+    if (!rc)
+      rc = cli_flush_stdout("keys");
   }
   idem_sync_close(sync);
   return rc;

@@ -1,4 +1,5 @@
 /* main.c - the idem binary: dispatch to a subcommand, and what subcommands share. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,13 @@ int cli_open_existing_store(const char *cmd, const char *uri, idem_sync **out) {
     return err == IDEM_EURI ? 2 : 1;
   }
   return 0;
+}
+
+int cli_flush_stdout(const char *cmd) {
+  if (!fflush(stdout) && !ferror(stdout))
+    return 0;
+  fprintf(stderr, "idem %s: cannot write the output: %s\n", cmd, strerror(errno));
+  return 1;
 }
 
 int main(int argc, char **argv) {

@@ -4,10 +4,11 @@ openapi FILE` (an OpenAPI 3.1 fragment) and GET /policy on the admin
 listener."""
 
 import json
+import subprocess
 import time
 
 from config_util import ConfigTestCase
-from harness import main, run_idem
+from harness import idem_bin, main, run_idem
 
 GOOD = """listen: 127.0.0.1:8081
 upstream: http://127.0.0.1:8080
@@ -183,6 +184,18 @@ class Check(ConfigTestCase):
         self.assertIn("%s: cannot read it: Is a directory" % d, err)
         path = self.write_config(GOOD)
         self.assertEqual(run_idem(["config", "check", path, "--ttl", "x"])[0], 2)
+
+    def test_output_that_cannot_be_written_is_a_failure(self):
+        # a full disk must not leave a cut policy or OpenAPI document that
+        # exits 0 (a deploy script would publish it)
+        path = self.write_config(GOOD)
+        for cmd in ("check", "openapi"):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([idem_bin(), "config", cmd, path], stdin=subprocess.DEVNULL,
+                                   stdout=full, stderr=subprocess.PIPE, timeout=30)
+            self.assertEqual(p.returncode, 1, (cmd, p.stderr))
+            self.assertIn(b"idem config: cannot write the output: No space left on device",
+                          p.stderr, cmd)
 
     def test_openapi(self):
         path = self.write_config(GOOD)

@@ -76,6 +76,16 @@ class KeysAndGc(GatewayTestCase):
         code, out, err = run_idem(["gc", "--store", self.store, "--limit", "5"])
         self.assertEqual(code, 0, err)
 
+    def test_output_that_cannot_be_written_is_said(self):
+        # exit 1, as for any failure, and the reason, not a silent 1
+        for args in (["keys", "list"], ["keys", "get", "key-1"], ["gc"]):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([idem_bin()] + args + ["--store", self.store],
+                                   stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE,
+                                   timeout=30)
+            self.assertEqual(p.returncode, 1, (args, p.stderr))
+            self.assertIn(b"cannot write the output: No space left on device", p.stderr, args)
+
     def test_usage_errors_exit_2(self):
         for args in (["keys"], ["keys", "frob"], ["keys", "get"], ["keys", "get", "a b\x01"],
                      ["keys", "list", "--limit", "x"], ["keys", "list", "--store"],
