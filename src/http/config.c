@@ -357,8 +357,10 @@ static int build_route(const gw_config *cfg, const cf_route *cr, gw_route *r, ch
   const char *file = cfg->config_file;
   r->line = cr->line;
   r->policy = cfg->policy;
-  if (cr->path)
+  if (cr->path) {
     snprintf(r->path, sizeof r->path, "%s", cr->path);
+    gw_glob_upper_escapes(r->path); /* as a request's path is read */
+  }
   if (cr->methods && gw_parse_method_list(cr->methods, r->methods, GW_MAX_METHODS, &r->nmethods)) {
     /* a long list is cut short, so that the reason still fits in err */
     cf_error(err, errlen, file, cr->match_line, "match: methods: '%.64s%s' is not a method "

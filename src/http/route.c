@@ -432,7 +432,8 @@ static size_t remove_dot_segments(char *path, size_t n) {
 
 /* The path routes are matched against, as the upstream will read it:
  * percent-encoded unreserved characters decoded (RFC 3986 6.2.2.2: "%70"
- * is "p"), a "\\" read as "/" (as the WHATWG URL parser of browsers and
+ * is "p") and the others' hex digits in upper case (6.2.2.1: "%2f" is
+ * "%2F", as route globs are kept), a "\\" read as "/" (as the WHATWG URL parser of browsers and
  * Node reads it in an http URL), repeated slashes merged and path
  * parameters dropped, then dot-segments removed. Otherwise
  * "/v1/%70ayments/p1", "/internal/../v1/payments/p1" or
@@ -447,11 +448,26 @@ static size_t route_path(const char *p, size_t n, char *out) {
     if (lo >= 0 && unreserved(hi * 16 + lo)) {
       out[o++] = (char)(hi * 16 + lo);
       i += 2;
+    } else if (lo >= 0) {
+      out[o++] = '%';
+      out[o++] = (char)toupper((unsigned char)p[i + 1]);
+      out[o++] = (char)toupper((unsigned char)p[i + 2]);
+      i += 2;
     } else {
       out[o++] = p[i] == '\\' ? '/' : p[i];
     }
   }
   return o && out[0] == '/' ? remove_dot_segments(out, merge_segments(out, o)) : o;
+}
+
+void gw_glob_upper_escapes(char *glob) {
+  for (; *glob; glob++)
+    if (glob[0] == '%' && idem_hexval((unsigned char)glob[1]) >= 0 &&
+        idem_hexval((unsigned char)glob[2]) >= 0) {
+      glob[1] = (char)toupper((unsigned char)glob[1]);
+      glob[2] = (char)toupper((unsigned char)glob[2]);
+      glob += 2;
+    }
 }
 
 static const gw_route *match_path(const gw_routes *t, const char *method, const char *path,

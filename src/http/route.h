@@ -141,6 +141,10 @@ const gw_route *gw_routes_match(const gw_routes *t, const char *method, const ch
  * characters match themselves. */
 int gw_glob_match(const char *glob, const char *path, size_t len);
 
+/* In place: the hex digits of each %XX in a route's path glob in upper case,
+ * as requests' paths are matched (RFC 3986 6.2.2.1: "%2f" is "%2F"). */
+void gw_glob_upper_escapes(char *glob);
+
 /* A route's match, as text: "POST,PUT /v1/payments/(glob)", or "*" for any. */
 void gw_route_match_text(const gw_route *r, char *out, size_t len);
 

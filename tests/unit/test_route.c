@@ -116,6 +116,7 @@ static void test_first_match_wins(void **state) {
       {"/../../v1/payments/p1", 1},
       {"/v1/%2E%2E/other", 3}, /* %2E is '.': "/other" */
       {"/v1/payments%2Fp1", 2}, /* an encoded '/' stays: one segment */
+      {"/v1/payments%2fp1", 2},
       {"/v1/payments/p1#frag", 1},
       {"/v1/payments/p1/#/x", 1}, /* a trailing slash: also "/v1/payments/p1" */
       {"/v1/payments/p1/", 1},
@@ -149,6 +150,38 @@ static void test_first_match_wins(void **state) {
   /* held twice: freed on the last release (ASan tells) */
   gw_routes_hold(t);
   gw_routes_release(t);
+  gw_routes_release(t);
+}
+
+/* The hex digits of a %XX are case-insensitive (RFC 3986 6.2.2.1), to an
+ * upstream as to the route match: a client's "%2f" cannot slip past a
+ * route written with "%2F", nor a route written with "%2f" miss "%2F". */
+static void test_escapes_match_in_either_case(void **state) {
+  (void)state;
+  gw_routes *t = gw_routes_new(2);
+  t->defaults.policy = defaults();
+  snprintf(t->routes[0].path, sizeof t->routes[0].path, "/files/a%%2Fb/*");
+  snprintf(t->routes[1].path, sizeof t->routes[1].path, "/low/a%%2fb%%zz%%4");
+  gw_glob_upper_escapes(t->routes[0].path);
+  gw_glob_upper_escapes(t->routes[1].path);
+  assert_string_equal(t->routes[0].path, "/files/a%2Fb/*");
+  assert_string_equal(t->routes[1].path, "/low/a%2Fb%zz%4"); /* not an escape: as it is */
+  for (int i = 0; i < 2; i++)
+    t->routes[i].index = i + 1;
+  static const struct {
+    const char *target;
+    int route;
+  } cases[] = {
+      {"/files/a%2Fb/x", 1}, {"/files/a%2fb/x", 1}, {"/files/a%2f%62/x", 1}, /* %62 is 'b' */
+      {"/files/a/b/x", 0},   {"/low/a%2Fb%zz%4", 2}, {"/low/a%2fb%zz%4", 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *n = cases[i].target;
+    const gw_route *r = gw_routes_match(t, "POST", n, strlen(n));
+    int got = r == &t->defaults ? 0 : r->index;
+    if (got != cases[i].route)
+      fail_msg("%s: route %d, not %d", n, got, cases[i].route);
+  }
   gw_routes_release(t);
 }
 
@@ -368,6 +401,7 @@ static void test_fingerprints(void **state) {
 
 UNIT_TESTS(cmocka_unit_test(test_globs),
            cmocka_unit_test(test_first_match_wins),
+           cmocka_unit_test(test_escapes_match_in_either_case),
            cmocka_unit_test(test_current_table),
            cmocka_unit_test(test_values),
            cmocka_unit_test(test_refusals),
