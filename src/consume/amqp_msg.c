@@ -96,9 +96,36 @@ static int copy_properties(amqp_pool_t *pool, const amqp_basic_properties_t *in,
   return copy_table(pool, &out->headers);
 }
 
+/* A float as the shortest decimal text that reads back as the same value
+ * (0.1, not 0.10000000000000001): what its producer wrote, in most cases. */
+static void float_text(char *buf, size_t len, double v, int f32) {
+  for (int digits = 1; digits <= (f32 ? 9 : 17); digits++) {
+    snprintf(buf, len, "%.*g", digits, v);
+    if (f32 ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v)
+      return;
+  }
+}
+
+/* An AMQP decimal (a count of units and the digits after the point) as
+ * decimal text: 12345 with 2 is 123.45, 5 with 3 is 0.005. */
+static void decimal_text(char *buf, size_t len, amqp_decimal_t d) {
+  char digits[16];
+  int n = snprintf(digits, sizeof digits, "%u", (unsigned)d.value), k = d.decimals;
+  if (!k)
+    snprintf(buf, len, "%s", digits);
+  else if (n > k)
+    snprintf(buf, len, "%.*s.%s", n - k, digits, digits + n - k);
+  else {
+    size_t at = (size_t)snprintf(buf, len, "0.");
+    for (int i = n; i < k && at + 1 < len; i++)
+      buf[at++] = '0';
+    snprintf(buf + at, len - at, "%s", digits);
+  }
+}
+
 /* A header value as text: strings as they are, numbers in decimal. */
 static char *field_text(const amqp_field_value_t *v, size_t *len) {
-  char buf[40];
+  char buf[300]; /* a decimal may put its point 255 digits in */
   switch (v->kind) {
   case AMQP_FIELD_KIND_UTF8:
   case AMQP_FIELD_KIND_BYTES:
@@ -113,10 +140,11 @@ static char *field_text(const amqp_field_value_t *v, size_t *len) {
   case AMQP_FIELD_KIND_U32: snprintf(buf, sizeof buf, "%u", v->value.u32); break;
   case AMQP_FIELD_KIND_I64: snprintf(buf, sizeof buf, "%lld", (long long)v->value.i64); break;
   case AMQP_FIELD_KIND_U64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
-  case AMQP_FIELD_KIND_F32: snprintf(buf, sizeof buf, "%.9g", (double)v->value.f32); break;
-  case AMQP_FIELD_KIND_F64: snprintf(buf, sizeof buf, "%.17g", v->value.f64); break;
+  case AMQP_FIELD_KIND_F32: float_text(buf, sizeof buf, (double)v->value.f32, 1); break;
+  case AMQP_FIELD_KIND_F64: float_text(buf, sizeof buf, v->value.f64, 0); break;
+  case AMQP_FIELD_KIND_DECIMAL: decimal_text(buf, sizeof buf, v->value.decimal); break;
   case AMQP_FIELD_KIND_TIMESTAMP: snprintf(buf, sizeof buf, "%llu", (unsigned long long)v->value.u64); break;
-  default: return NULL; /* tables, arrays, decimals, void: not passed on */
+  default: return NULL; /* tables, arrays, void: not passed on */
   }
   *len = strlen(buf);
   return cs_dup(buf, *len);

@@ -135,7 +135,8 @@ def _longstr(s):
 
 class Typed:
     """A field value of an explicit AMQP kind: Typed("f", 1.5) (float32),
-    Typed("T", seconds) (timestamp)."""
+    Typed("T", seconds) (timestamp), Typed("D", (digits after the point,
+    units)) (decimal: (2, 12345) is 123.45)."""
 
     def __init__(self, kind, value):
         self.kind, self.value = kind, value
@@ -151,7 +152,8 @@ def _value(v):
     """A field value: str S, bool t, int l, float d, dict F, list A, None V,
     Typed as it says."""
     if isinstance(v, Typed):
-        return v.kind.encode() + struct.pack(">" + {"f": "f", "T": "Q"}[v.kind], v.value)
+        fmt = ">" + {"f": "f", "T": "Q", "D": "BI"}[v.kind]
+        return v.kind.encode() + struct.pack(fmt, *(v.value if v.kind == "D" else (v.value,)))
     if isinstance(v, bool):
         return b"t" + struct.pack("B", v)
     if isinstance(v, int):
@@ -210,6 +212,8 @@ class _Reader:
             return Typed("f", self.u(">f"))
         if k == b"T":
             return Typed("T", self.u(">Q"))
+        if k == b"D":
+            return Typed("D", (self.u("B"), self.u(">I")))
         if k == b"V":
             return None
         if k == b"A":

@@ -132,6 +132,22 @@ class Outcomes(AmqpCase, OutcomeTests):
                            ("ts", "1700000001")):
             self.assertEqual(sent.get("x-idem-header-" + name), text, (name, sent))
 
+    def test_numbers_reach_the_handler_as_the_decimal_text_they_were_written_as(self):
+        # a float as the shortest text that is the same value, not every
+        # digit of the binary one (0.1, not 0.10000000000000001); a decimal
+        # with its point where it says, not dropped
+        headers = {"d": 0.1, "d2": 2.675, "big": 1e20, "f": Typed("f", 0.1),
+                   "price": Typed("D", (2, 12345)), "tiny": Typed("D", (3, 5)),
+                   "whole": Typed("D", (0, 42)), "cents": Typed("D", (2, 12))}
+        self.consumer()
+        self.publish([{"message_id": "nk", "body": "x", **headers}])
+        self.wait_settled()
+        sent = {k.lower(): v for k, v in self.h.attempts("nk")[0]["headers"].items()}
+        for name, text in (("d", "0.1"), ("d2", "2.675"), ("big", "1e+20"), ("f", "0.1"),
+                           ("price", "123.45"), ("tiny", "0.005"), ("whole", "42"),
+                           ("cents", "0.12")):
+            self.assertEqual(sent.get("x-idem-header-" + name), text, (name, sent))
+
     def test_a_queue_declared_with_arguments_is_used_as_it_is(self):
         # a quorum queue, declared by its owner: idem declares it passively
         # (its own declare, without the arguments, would be refused)
