@@ -192,6 +192,41 @@ static natsStatus send_settle(nmsg *m, settle_op op, int64_t delay_ms) {
   return s;
 }
 
+/* Every value of every header, in order: a header given twice is passed
+ * on, and dead-lettered, twice. Its first value is the one a key, the
+ * message id or the Content-Type is read from. */
+static void take_headers(nmsg *m, natsMsg *nm, const char **keys, int nkeys) {
+  size_t total = 0;
+  for (int i = 0; i < nkeys; i++) {
+    const char **vals = NULL;
+    int n = 0;
+    if (natsMsgHeader_Values(nm, keys[i], &vals, &n) == NATS_OK && n > 0)
+      total += (size_t)n;
+    free((void *)vals);
+  }
+  m->m.headers = calloc(total + 1, sizeof *m->m.headers);
+  for (int i = 0; m->m.headers && i < nkeys; i++) {
+    const char **vals = NULL;
+    int n = 0;
+    if (natsMsgHeader_Values(nm, keys[i], &vals, &n) != NATS_OK)
+      n = 0;
+    for (int k = 0; k < n && m->m.nheaders < total; k++) {
+      cs_header *h = &m->m.headers[m->m.nheaders++];
+      h->name = strdup(keys[i]);
+      h->value = strdup(vals[k] ? vals[k] : "");
+      h->value_len = h->value ? strlen(h->value) : 0;
+      if (k > 0)
+        continue;
+      if (!strcasecmp(keys[i], "Nats-Msg-Id")) {
+        m->m.message_id = h->value;
+        m->m.message_id_len = h->value_len;
+      } else if (!strcasecmp(keys[i], "Content-Type"))
+        m->m.content_type = h->value;
+    }
+    free((void *)vals);
+  }
+}
+
 /* A fetched message as a cs_msg (the body stays in the natsMsg). */
 static nmsg *wrap(nbroker *b, natsMsg *nm) {
   nmsg *m = calloc(1, sizeof *m);
@@ -216,22 +251,8 @@ static nmsg *wrap(nbroker *b, natsMsg *nm) {
   if (asprintf(&m->m.id, "%s:%llu", b->stream, (unsigned long long)meta->Sequence.Stream) < 0)
     m->m.id = NULL;
   jsMsgMetaData_Destroy(meta);
-  if (natsMsgHeader_Keys(nm, &keys, &nkeys) == NATS_OK && nkeys > 0) {
-    m->m.headers = calloc((size_t)nkeys, sizeof *m->m.headers);
-    for (int i = 0; m->m.headers && i < nkeys; i++) {
-      const char *v = NULL;
-      natsMsgHeader_Get(nm, keys[i], &v);
-      cs_header *h = &m->m.headers[m->m.nheaders++];
-      h->name = strdup(keys[i]);
-      h->value = strdup(v ? v : "");
-      h->value_len = h->value ? strlen(h->value) : 0;
-      if (!strcasecmp(keys[i], "Nats-Msg-Id")) {
-        m->m.message_id = h->value;
-        m->m.message_id_len = h->value_len;
-      } else if (!strcasecmp(keys[i], "Content-Type"))
-        m->m.content_type = h->value;
-    }
-  }
+  if (natsMsgHeader_Keys(nm, &keys, &nkeys) == NATS_OK && nkeys > 0)
+    take_headers(m, nm, keys, nkeys);
   free((void *)keys);
   return m;
 }

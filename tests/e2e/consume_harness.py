@@ -15,7 +15,8 @@
     r.pipeline([("XADD", "s", "*", "message_id", "k", "body", "x"), ...])
 
 Handler records every request: h.attempts(key) is a list of dicts (status
-answered, fence, headers); h.successes(key) counts 2xx answers.
+answered, fence, headers, header_list: every (name, value) in order);
+h.successes(key) counts 2xx answers.
 """
 
 import http.server
@@ -59,7 +60,8 @@ class _H(http.server.BaseHTTPRequestHandler):
         with owner._lock:
             owner.active -= 1
         rec = {"status": status, "fence": self.headers.get("Idempotency-Fence"),
-               "headers": dict(self.headers.items()), "body": body, "path": self.path}
+               "headers": dict(self.headers.items()), "header_list": self.headers.items(),
+               "body": body, "path": self.path}
         with owner._lock:
             owner._log.setdefault(key, []).append(rec)
             owner._cond.notify_all()

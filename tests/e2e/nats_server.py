@@ -106,15 +106,17 @@ class NatsClient:
 
     def publish_many(self, subject, msgs, timeout=60.0):
         """Publish (body, headers) pairs to JetStream, pipelined; wait for
-        every publish ack. Returns the acks."""
+        every publish ack. Returns the acks. Headers: a dict, or a list of
+        (name, value) pairs for a header given more than once."""
         s, f = self._open(timeout)
         try:
             out = []
             for i in range(0, len(msgs), 1000):
                 buf = []
                 for j, (body, hdrs) in enumerate(msgs[i:i + 1000]):
+                    pairs = (hdrs or {}).items() if isinstance(hdrs or {}, dict) else hdrs
                     h = b"NATS/1.0\r\n" + b"".join(
-                        b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in (hdrs or {}).items()) + b"\r\n"
+                        b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in pairs) + b"\r\n"
                     buf.append(b"HPUB %s _INBOX.t.%d %d %d\r\n%s%s\r\n"
                                % (subject.encode(), i + j, len(h), len(h) + len(body), h, body))
                 s.sendall(b"".join(buf))
@@ -128,8 +130,9 @@ class NatsClient:
         finally:
             s.close()
 
-    def stream_messages(self, stream):
-        """Every message of a stream: [(headers, body)]."""
+    def stream_messages(self, stream, every_value=False):
+        """Every message of a stream: [(headers, body)]; with every_value,
+        headers map each name to the list of its values."""
         try:
             info = self.js("STREAM.INFO." + stream)
         except RuntimeError:
@@ -141,19 +144,23 @@ class NatsClient:
                 m = self.js("STREAM.MSG.GET." + stream, {"seq": seq})["message"]
             except RuntimeError:
                 continue
-            hdrs = _parse_headers(base64.b64decode(m["hdrs"])) if m.get("hdrs") else {}
+            hdrs = (_parse_headers(base64.b64decode(m["hdrs"]), every_value) if m.get("hdrs")
+                    else {})
             out.append((hdrs, base64.b64decode(m.get("data", ""))))
         return out
 
 
-def _parse_headers(block):
+def _parse_headers(block, every_value=False):
     lines = block.decode("utf-8", "replace").split("\r\n")
     out = {}
     first = lines[0].split()
     if len(first) >= 2:
-        out[":status"] = first[1]
+        out[":status"] = [first[1]] if every_value else first[1]
     for ln in lines[1:]:
         if ":" in ln:
             k, _, v = ln.partition(":")
-            out.setdefault(k.strip(), v.strip())
+            if every_value:
+                out.setdefault(k.strip(), []).append(v.strip())
+            else:
+                out.setdefault(k.strip(), v.strip())
     return out

@@ -141,6 +141,23 @@ class Outcomes(NatsCase, OutcomeTests):
         self.assertEqual(dead[0].get("X-Other"), "y", dead[0])
         self.assertNotIn("Nats-Expected-Stream", dead[0])
 
+    def test_a_header_given_twice_keeps_both_values(self):
+        # to the handler and into the dead letter, in order; the key is
+        # read from the first
+        self.consumer()
+        self.nc.publish_many(STREAM, [
+            (b"keyed", [("Order-Id", "mv-1"), ("Order-Id", "mv-2"), ("X-Tag", "a"), ("X-Tag", "b")]),
+            (b"no key", [("X-Tag", "c"), ("X-Tag", "d")])])
+        self.wait_settled()
+        self.assertEqual(self.h.successes("mv-2"), 0)
+        got = self.h.attempts("mv-1")
+        self.assertEqual(len(got), 1)
+        self.assertEqual([v for k, v in got[0]["header_list"] if k.lower() == "x-idem-header-x-tag"],
+                         ["a", "b"], got[0]["header_list"])
+        dead = self.nc.stream_messages(JS_STREAM + "_DEAD", every_value=True)
+        self.assertEqual(len(dead), 1, dead)
+        self.assertEqual(dead[0][0].get("X-Tag"), ["c", "d"], dead[0][0])
+
     def test_a_consumer_deleted_on_the_server_is_made_again(self):
         from harness import wait_for
         c = self.consumer()
