@@ -2,8 +2,9 @@
 redis-server (redis_server.py) and a Python handler that counts executions
 per key (consume_harness.py): every row of the outcome table
 (consume_cases.OutcomeTests), dead letters, SIGTERM, key sources, bad
-flags, the record space shared with serve, and a dead consumer's entries
-taken over at the speed of the window.
+flags, --ttl, --max-response, --on-store-error open, the record space
+shared with serve (--scope too), and a dead consumer's entries taken over
+at the speed of the window.
 """
 
 import hashlib
@@ -509,6 +510,64 @@ class SharedRecords(ConsumeCase):
         self.assertTrue(r.replayed)
         self.assertEqual(r.header("X-Handler"), "yes")
         self.assertEqual(len(self.h.attempts("pay-2")), 1)
+
+    def test_a_scope_shares_one_tenants_records_with_a_serve_scope_header(self):
+        # serve's scope is the SHA-256 hex of --scope-header's value: a
+        # consumer given that hash shares the tenant's records, one
+        # without --scope does not
+        store = "lmdb:%s/shared" % self.tmp
+        gw = Gateway(self.h.url, store=store,
+                     args=["--spool", "off", "--scope-header", "X-Tenant"]).start()
+        self.addCleanup(gw.stop)
+        r = gw.request("POST", "/messages", body=b"x",
+                       headers={"Idempotency-Key": "t-1", "X-Tenant": "acme"})
+        self.assertEqual(r.status, 200)
+        tenant = hashlib.sha256(b"acme").hexdigest()
+        self.consumer("--scope", tenant, store=store, stream="scoped")
+        self.publish([{"message_id": "t-1", "body": "x"}], stream="scoped")
+        self.wait_settled(stream="scoped")
+        self.assertEqual(len(self.h.attempts("t-1")), 1)  # replayed the tenant's answer
+        self.consumer(store=store, stream="unscoped")
+        self.publish([{"message_id": "t-1", "body": "x"}], stream="unscoped")
+        self.wait_settled(stream="unscoped")
+        self.assertEqual(len(self.h.attempts("t-1")), 2)  # another record space
+
+
+class Flags(ConsumeCase):
+    def test_ttl_is_how_long_a_record_is_kept(self):
+        self.consumer("--ttl", "2h")
+        self.publish([{"message_id": "ttl-1", "body": "x"}])
+        self.wait_settled()
+        rec = self.record("ttl-1")
+        self.assertEqual(rec["state"], "completed")
+        self.assertAlmostEqual(rec["expires_at_ms"] - rec["updated_at_ms"], 2 * 3600 * 1000, delta=1000)
+
+    def test_ttl_defaults_to_7d(self):
+        self.consumer()
+        self.publish([{"message_id": "ttl-7", "body": "x"}])
+        self.wait_settled()
+        rec = self.record("ttl-7")
+        self.assertAlmostEqual(rec["expires_at_ms"] - rec["updated_at_ms"], 7 * 86400 * 1000, delta=1000)
+
+    def test_an_answer_over_max_response_keeps_the_502_marker_and_acks(self):
+        self.consumer("--max-response", "8B")
+        self.publish([{"message_id": "big-1", "body": "x"}, {"message_id": "big-1", "body": "x"}])
+        self.wait_settled()
+        self.assertEqual(len(self.h.attempts("big-1")), 1)  # the second replays the marker
+        rec = self.record("big-1")
+        self.assertEqual(rec["state"], "completed")
+        self.assertEqual(rec["response"]["status"], 502)
+        self.assertEqual(self.dead_letters(), [])
+
+    def test_on_store_error_open_delivers_without_a_record(self):
+        c = self.consumer("--on-store-error", "open", store="redis://127.0.0.1:1", admin=True)
+        self.publish([{"message_id": "open-1", "body": "x"}])
+        self.wait_settled()
+        got = self.h.attempts("open-1")
+        self.assertEqual(len(got), 1)
+        self.assertNotIn("Idempotency-Fence", got[0]["headers"])  # no record, no fence
+        self.assertEqual(c.metric('idem_messages_total{outcome="store_bypass"}'), 1)
+        self.assertEqual(self.dead_letters(), [])
 
 
 if __name__ == "__main__":
