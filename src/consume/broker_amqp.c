@@ -10,8 +10,8 @@
  * that wakes its poll, and a uv_async that wakes the loop.
  *
  * The connection: the queue declared (durable) with NAME.dead beside it,
- * basic.qos with the prefetch (default --concurrency), publisher confirms
- * on, basic.consume with manual acks. Settles:
+ * basic.qos with the prefetch (default --concurrency plus --prefetch),
+ * publisher confirms on, basic.consume with manual acks. Settles:
  *   ack    basic.ack; when the message has reply_to, the kept answer is
  *          first published there (correlation_id copied, header
  *          x-idem-status, x-idem-replayed), confirmed, then the ack.
