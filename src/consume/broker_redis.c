@@ -187,6 +187,11 @@ static rmsg *entry_msg(rbroker *b, const redisReply *e) {
     const redisReply *k = f->element[i], *v = f->element[i + 1];
     if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
       continue;
+    /* a name holding a NUL is no header's: read up to the NUL, it would
+     * pass for another field's, to the handler and to --key header:NAME
+     * (the dead letter still copies it, as every field) */
+    if (memchr(k->str, 0, k->len))
+      continue;
     if (k->len == 4 && !memcmp(k->str, "body", 4) && !m->m.body) {
       bad = !(m->m.body = cs_dup(v->str, v->len));
       m->m.body_len = v->len;

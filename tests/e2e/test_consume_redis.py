@@ -378,6 +378,23 @@ class Keys(ConsumeCase):
         self.assertEqual(sum("not a valid key" in r for r in reasons), 2, reasons)
         self.assertEqual(sum("no message id" in r for r in reasons), 1, reasons)
 
+    def test_a_field_name_holding_a_nul_is_not_passed_on(self):
+        # "trace\0x" is no header name: read up to the NUL it reached the
+        # handler as X-Idem-Header-trace, and --key header:trace found it
+        self.consumer("--key", "header:trace", stream="nul-names")
+        self.publish([{"message_id": "n-1", b"trace\x00x": "t-1", "trace": "t-2", "body": "x"},
+                      {b"trace\x00y": "t-3", "body": "y"}], stream="nul-names")
+        self.wait_settled(stream="nul-names")
+        self.assertEqual(self.h.attempts("t-1"), [])
+        got = self.h.attempts("t-2")
+        self.assertEqual(len(got), 1)
+        self.assertEqual([v for k, v in got[0]["header_list"] if k.lower() == "x-idem-header-trace"],
+                         ["t-2"], got[0]["header_list"])
+        self.assertEqual(self.h.attempts("t-3"), [])
+        dead = self.dead_letters("nul-names")
+        self.assertEqual(len(dead), 1, dead)
+        self.assertIn("no header 'trace'", dead[0]["reason"])
+
     def test_a_field_given_twice_counts_as_its_first(self):
         # as body does and as --key header:NAME finds it: the last
         # message_id was the key while the first was the header
