@@ -202,6 +202,10 @@ amsg *amqp_wrap(abroker *b, const amqp_basic_deliver_t *d, const amqp_message_t 
   m->m.headers = calloc((size_t)n + 1, sizeof *m->m.headers);
   for (int i = 0; m->m.headers && i < n; i++) {
     const amqp_table_entry_t *e = &p->headers.entries[i];
+    /* a name holding a NUL is no header's: read up to the NUL, it would
+     * pass for another one (a dead letter or a copy keeps it: props) */
+    if (e->key.len && memchr(e->key.bytes, 0, e->key.len))
+      continue;
     size_t vlen = 0;
     char *v = field_text(&e->value, &vlen);
     if (!v)

@@ -148,6 +148,23 @@ class Outcomes(AmqpCase, OutcomeTests):
                            ("cents", "0.12")):
             self.assertEqual(sent.get("x-idem-header-" + name), text, (name, sent))
 
+    def test_a_header_name_holding_a_nul_is_not_passed_on(self):
+        # read up to the NUL, "trace\0x" passed for "trace": to the handler
+        # and to --key header:trace; its dead letter keeps it as it came
+        self.consumer("--key", "header:trace")
+        self.publish([{"body": "x", "trace\x00x": "t-1", "trace": "t-2"},
+                      {"body": "y", "trace\x00y": "t-3"}])
+        self.wait_settled()
+        self.assertEqual(self.h.attempts("t-1"), [])
+        got = self.h.attempts("t-2")
+        self.assertEqual(len(got), 1)
+        self.assertEqual([v for k, v in got[0]["header_list"] if k.lower() == "x-idem-header-trace"],
+                         ["t-2"], got[0]["header_list"])
+        dead = self.dead_letters()
+        self.assertEqual(len(dead), 1, dead)
+        self.assertIn("no header 'trace'", dead[0]["reason"])
+        self.assertEqual(dead[0].get("trace\x00y"), "t-3", dead[0])
+
     def test_a_queue_declared_with_arguments_is_used_as_it_is(self):
         # a quorum queue, declared by its owner: idem declares it passively
         # (its own declare, without the arguments, would be refused)
