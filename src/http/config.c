@@ -360,6 +360,13 @@ static int build_route(const gw_config *cfg, const cf_route *cr, gw_route *r, ch
   if (cr->path) {
     snprintf(r->path, sizeof r->path, "%s", cr->path);
     gw_glob_upper_escapes(r->path); /* as a request's path is read */
+    char normal[sizeof r->path];
+    if (gw_glob_reachable(r->path, normal, sizeof normal)) {
+      cf_error(err, errlen, file, cr->match_line, "match: path '%s' can never match: a request's "
+               "path is matched as '%s' (slashes merged, \\ read as /, dot-segments and ;parameters "
+               "removed, %%XX of a letter, digit or -._~ decoded); write that", cr->path, normal);
+      return -1;
+    }
   }
   if (cr->methods && gw_parse_method_list(cr->methods, r->methods, GW_MAX_METHODS, &r->nmethods)) {
     /* a long list is cut short, so that the reason still fits in err */

@@ -470,6 +470,18 @@ void gw_glob_upper_escapes(char *glob) {
     }
 }
 
+int gw_glob_reachable(const char *glob, char *out, size_t len) {
+  size_t n = strlen(glob);
+  char normal[sizeof ((gw_route *)0)->path];
+  if (n >= sizeof normal || !needs_normal(glob, n))
+    return 0;
+  size_t m = route_path(glob, n, normal);
+  if (m == n && !memcmp(normal, glob, n))
+    return 0; /* "%2F" stays as it is */
+  snprintf(out, len, "%.*s", (int)m, normal);
+  return -1;
+}
+
 static const gw_route *match_path(const gw_routes *t, const char *method, const char *path,
                                   size_t plen) {
   for (int i = 0; i < t->n; i++) {

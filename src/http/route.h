@@ -145,6 +145,13 @@ int gw_glob_match(const char *glob, const char *path, size_t len);
  * as requests' paths are matched (RFC 3986 6.2.2.1: "%2f" is "%2F"). */
 void gw_glob_upper_escapes(char *glob);
 
+/* Whether a request's path can ever match glob (after
+ * gw_glob_upper_escapes): 0; or -1, with out set to what such a path is
+ * matched as (route paths are read with "//" merged, ";parameters" and
+ * dot-segments removed, "\\" as "/", "%70" as "p"), so that a glob
+ * written otherwise ("/v1//payments") would never match anything. */
+int gw_glob_reachable(const char *glob, char *out, size_t len);
+
 /* A route's match, as text: "POST,PUT /v1/payments/(glob)", or "*" for any. */
 void gw_route_match_text(const gw_route *r, char *out, size_t len);
 

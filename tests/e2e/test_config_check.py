@@ -48,6 +48,12 @@ BAD = [
      "listen is not a route setting"),
     ("routes:\n  - match: {path: /a, host: x}\n", 2, "match takes methods and path"),
     ("routes:\n  - match: {path: a}\n", 2, "must start with /"),
+    # a path no request can take (requests are matched normalised) is refused
+    ("routes:\n  - match: {path: /v1//payments/*}\n", 2,
+     "path '/v1//payments/*' can never match: a request's path is matched as '/v1/payments/*'"),
+    ("routes:\n  - match: {path: /v1/%70ayments}\n", 2, "is matched as '/v1/payments'"),
+    ("routes:\n  - match: {path: /x/../v1/*}\n", 2, "is matched as '/v1/*'"),
+    ("routes:\n  - match: {path: '/v1/a;v=1'}\n", 2, "is matched as '/v1/a'"),
     ("defaults:\n  store_statuses: [2xx, 409]\n", 2, "409 is never stored"),
     ("defaults:\n  store_statuses: [1xx]\n", 2, "is not a status list"),
     ("defaults:\n  fingerprint: {json: [amount]}\n", 2, "is not a fingerprint"),
