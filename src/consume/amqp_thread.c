@@ -107,7 +107,7 @@ static int connect_broker(abroker *b, char *why, size_t len) {
                                   b->base.uri.user ? b->base.uri.user : "guest",
                                   b->base.uri.password ? b->base.uri.password : "guest");
   if (r.reply_type != AMQP_RESPONSE_NORMAL)
-    return rpc_failed(b, "login", why, len) ? -1 : (snprintf(why, len, "login refused"), -1);
+    return reply_failed(r, "login", why, len);
   amqp_channel_open(b->conn, CH);
   if (rpc_failed(b, "channel.open", why, len))
     return -1;

@@ -14,7 +14,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import run_idem, wait_for  # noqa: E402
+from harness import finish_process, run_idem, wait_for  # noqa: E402
+from consume_harness import Consumer  # noqa: E402
 from consume_cases import STREAM, BrokerCase, OutcomeTests  # noqa: E402
 from rabbitmq_server import AmqpClient, RabbitServer, Typed  # noqa: E402
 
@@ -164,6 +165,19 @@ class Outcomes(AmqpCase, OutcomeTests):
         self.assertEqual(len(dead), 1, dead)
         self.assertIn("no header 'trace'", dead[0]["reason"])
         self.assertEqual(dead[0].get("trace\x00y"), "t-3", dead[0])
+
+    def test_a_refused_login_names_the_servers_reason(self):
+        # RabbitMQ's connection.close says why (403, 530): that is logged,
+        # not "server error", and the consumer keeps trying
+        bad = [("guest:wrong@", "/", "login: server said 403 ACCESS_REFUSED"),
+               ("", "/nope", "login: server said 530 NOT_ALLOWED - vhost nope not found")]
+        for cred, vhost, words in bad:
+            uri = "amqp://%s127.0.0.1:%d%s?queue=%s" % (cred, self.server.port, vhost, self.queue)
+            c = Consumer(uri, self.h.url + "/messages", store="memory:", args=self.consumer_args)
+            self.addCleanup(finish_process, self, c)
+            c.start(wait_connected=False)
+            wait_for(lambda: words in c.stderr(), 20, what="%s in: %s" % (words, c.stderr()))
+            self.assertEqual(c.stop(), 0, c.stderr())
 
     def test_a_queue_declared_with_arguments_is_used_as_it_is(self):
         # a quorum queue, declared by its owner: idem declares it passively
