@@ -32,7 +32,10 @@ static int print_openapi(const gw_routes *t) {
 }
 
 int cmd_config(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+  int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+  if (argc == 3 && (!strcmp(argv[1], "check") || !strcmp(argv[1], "openapi")))
+    help = !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"); /* "config check --help" */
+  if (help) {
     fputs(usage, stdout);
     return 0;
   }

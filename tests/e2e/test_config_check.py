@@ -180,6 +180,11 @@ class Check(ConfigTestCase):
     def test_usage(self):
         self.assertEqual(run_idem(["config", "check"])[0], 2)
         self.assertEqual(run_idem(["config", "frob", "x"])[0], 2)
+        # --help after the subcommand is help too, as for keys and gc
+        for args in (["config", "--help"], ["config", "check", "--help"], ["config", "openapi", "-h"]):
+            rc, out, err = run_idem(args)
+            self.assertEqual((rc, err), (0, ""), args)
+            self.assertIn("usage: idem config check FILE", out)
         rc, out, err = run_idem(["config", "check", "/nonexistent/idem.yaml"])
         self.assertEqual(rc, 1)
         self.assertIn("/nonexistent/idem.yaml: No such file", err)

@@ -243,6 +243,17 @@ class Lifecycle(GatewayTestCase):
         self.assertEqual(rc, 2, err)
         self.assertIn("takes no options", err)
 
+    def test_a_spool_that_cannot_be_made_exits_1(self):
+        # a spool under a plain file: said, with its path, before listening
+        d = self.tempdir()
+        open(os.path.join(d, "file"), "w").close()
+        spool = os.path.join(d, "file", "spool")
+        rc, out, err = run_idem(["serve", "--listen", "127.0.0.1:%d" % free_port(),
+                                 "--upstream", self.up.url, "--store", "lmdb:%s/data" % d,
+                                 "--spool", spool], timeout=15)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("spool %s: cannot mkdir: Not a directory" % spool, err)
+
     def test_help_lists_every_flag(self):
         rc, out, err = run_idem(["serve", "--help"], timeout=15)
         self.assertEqual(rc, 0, err)
