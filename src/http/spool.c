@@ -33,6 +33,11 @@ struct gw_spool {
   MDB_dbi dbi;
   unsigned char store_id[STORE_ID_LEN];
   atomic_size_t depth;
+  /* the last key a drain round took (the drainer's alone): the next round
+   * starts after it, so that entries failing every round (a store timeout
+   * too short for their answers), however many, hold back none behind them */
+  unsigned char resume[KEY_MAX];
+  size_t resume_len;
 };
 
 /* ---- entries ---- */
@@ -557,8 +562,33 @@ static drain_item *item_take(const MDB_val *k, const MDB_val *v) {
   return it;
 }
 
+static int key_cmp(const MDB_val *k, const unsigned char *b, size_t blen) {
+  int c = memcmp(k->mv_data, b, k->mv_size < blen ? k->mv_size : blen);
+  return c ? c : (k->mv_size > blen) - (k->mv_size < blen);
+}
+
+/* Copy this store's entries from start (or the first one after it, with
+ * after) on, while below stop (none: to the last), into items up to
+ * DRAIN_BATCH. */
+static size_t take_range(gw_spool *sp, MDB_cursor *cur, MDB_val start, int after,
+                         const unsigned char *stop, size_t stop_len, drain_item **items, size_t n) {
+  MDB_val k = start, v;
+  int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  if (!rc && after && !key_cmp(&k, start.mv_data, start.mv_size))
+    rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  while (!rc && n < DRAIN_BATCH && k.mv_size > STORE_ID_LEN &&
+         !memcmp(k.mv_data, sp->store_id, STORE_ID_LEN) &&
+         (!stop || key_cmp(&k, stop, stop_len) <= 0)) {
+    if ((items[n] = item_take(&k, &v)))
+      n++;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  return n;
+}
+
 /* Copy up to DRAIN_BATCH entries of this store out of the spool, so that no
- * read transaction stays open while the store works. */
+ * read transaction stays open while the store works: those after the last
+ * one the round before took, then from the first on (up to that one). */
 static size_t take_batch(gw_spool *sp, drain_item **items) {
   MDB_txn *txn;
   MDB_cursor *cur;
@@ -567,17 +597,20 @@ static size_t take_batch(gw_spool *sp, drain_item **items) {
     return 0;
   set_depth(sp, count_entries(sp, txn));
   if (!mdb_cursor_open(txn, sp->dbi, &cur)) {
-    MDB_val k = {STORE_ID_LEN, sp->store_id}, v;
-    int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    while (!rc && n < DRAIN_BATCH && k.mv_size > STORE_ID_LEN &&
-           !memcmp(k.mv_data, sp->store_id, STORE_ID_LEN)) {
-      if ((items[n] = item_take(&k, &v)))
-        n++;
-      rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    MDB_val first = {STORE_ID_LEN, sp->store_id};
+    if (sp->resume_len) {
+      MDB_val from = {sp->resume_len, sp->resume};
+      n = take_range(sp, cur, from, 1, NULL, 0, items, n);
+      n = take_range(sp, cur, first, 0, sp->resume, sp->resume_len, items, n);
+    } else {
+      n = take_range(sp, cur, first, 0, NULL, 0, items, n);
     }
     mdb_cursor_close(cur);
   }
   mdb_txn_abort(txn);
+  sp->resume_len = n ? items[n - 1]->key_len : 0;
+  if (n)
+    memcpy(sp->resume, items[n - 1]->key, sp->resume_len);
   return n;
 }
 

@@ -218,6 +218,34 @@ static void test_no_store_keeps_entries(void **state) {
   assert_int_equal(gw_spool_depth(f->sp), 1);
 }
 
+/* Rounds that drain nothing (every entry failing, say a store timeout too
+ * short for the answers) still move on: each takes the entries after the
+ * last one the round before took, then wraps to the first, so more than a
+ * round's worth of failing entries holds back none behind them. */
+static void test_rounds_rotate_past_entries_that_fail(void **state) {
+  fixture *f = *state;
+  char key[16];
+  for (int i = 0; i < 100; i++) {
+    snprintf(key, sizeof key, "k%03d", i);
+    assert_int_equal(put(f, IDEM_OP_COMPLETE, key, 1, "x", 1), 0);
+  }
+  static const struct {
+    int first, n;
+  } rounds[] = {{0, 64}, {64, 64}, {28, 64}, {92, 64}};
+  for (size_t r = 0; r < sizeof rounds / sizeof rounds[0]; r++) {
+    drain_item *items[DRAIN_BATCH];
+    size_t n = take_batch(f->sp, items); /* nothing removed: as if every one failed */
+    assert_int_equal(n, rounds[r].n);
+    for (size_t i = 0; i < n; i++) {
+      snprintf(key, sizeof key, "k%03d", (int)(rounds[r].first + i) % 100);
+      if (strcmp(items[i]->name, key))
+        fail_msg("round %zu, item %zu: %s, not %s", r, i, items[i]->name, key);
+      free(items[i]->val);
+      free(items[i]);
+    }
+  }
+}
+
 static void test_newer_put_replaces(void **state) {
   fixture *f = *state;
   idem_record rec;
@@ -376,6 +404,8 @@ UNIT_TESTS(cmocka_unit_test_setup_teardown(test_put_then_find, setup, teardown),
            cmocka_unit_test_setup_teardown(test_answer_outliving_its_record_is_kept, setup,
                                            teardown),
            cmocka_unit_test_setup_teardown(test_no_store_keeps_entries, setup, teardown),
+           cmocka_unit_test_setup_teardown(test_rounds_rotate_past_entries_that_fail, setup,
+                                           teardown),
            cmocka_unit_test_setup_teardown(test_newer_put_replaces, setup, teardown),
            cmocka_unit_test_setup_teardown(test_remove_only_same_fence, setup, teardown),
            cmocka_unit_test_setup_teardown(test_reopen_and_other_store, setup, teardown),
