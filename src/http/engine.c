@@ -322,7 +322,8 @@ static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
   upstream_kind seen = ex->upstream_cut && kind == UP_RESET ? UP_OK : kind;
   gw_exchange_outcome(ex, seen != UP_OK ? (seen == UP_TIMEOUT ? GW_OUT_UPSTREAM_TIMEOUT
                                                              : GW_OUT_UPSTREAM_ERROR)
-                          : ex->idem.claimed ? GW_OUT_EXECUTED
+                          : ex->spill.released ? GW_OUT_RELEASED
+                          : ex->idem.claimed   ? GW_OUT_EXECUTED
                           : ex->idem.bypass  ? GW_OUT_STORE_BYPASS
                                              : GW_OUT_PASSTHROUGH);
   if (seen != UP_OK)
@@ -338,7 +339,9 @@ static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
  * is completed with a 502 that says so (what retries get), and only once
  * that is stored does this client get the real answer, streamed: the part
  * buffered so far, then the rest as it comes. The upstream is paused
- * meanwhile; what it had already sent waits in up.body. */
+ * meanwhile; what it had already sent waits in up.body. An answer whose
+ * status the route does not keep (5xx, 429, ...) needs no marker: the key
+ * is released, as for a small one, and then the answer streams. */
 
 static void on_spill_kept(gw_exchange *ex, int kept) {
   if (!kept) {
@@ -361,12 +364,21 @@ static void on_spill_kept(gw_exchange *ex, int kept) {
     stream_proceed(ex); /* resume reading */
 }
 
+/* A status the route does not keep (5xx, 429, ...) releases the key
+ * whatever the answer's size: nothing is kept, so a retry runs again. */
+static void on_spill_released(gw_exchange *ex) { on_spill_kept(ex, 1); }
+
 static void on_spill_head(void *arg, upstream_response *up) {
   gw_exchange *ex = arg;
   ex->up_head_ns = uv_hrtime();
   ex->spill.on = 1;
   ex->up_paused = 1;
   upstream_pause(up, 1);
+  if (!gw_policy_stores(pol(ex), up->status)) {
+    ex->spill.released = 1;
+    gw_keep_release(ex, on_spill_released);
+    return;
+  }
   fprintf(stderr,
           "idem serve: upstream %s %.*s: answer (status %d) passed --max-response; key "
           "'%s' (fence %" PRIu64 ") completed with a 502, the answer streams to this "

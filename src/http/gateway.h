@@ -120,12 +120,14 @@ typedef struct {
 } gw_stream_state;
 
 /* A keyed answer past --max-response (engine.c, "answers too large to
- * keep"): its marker is being kept, the answer waits in up.body. */
+ * keep"): its marker is being kept (or, for a status not kept, its key
+ * released), the answer waits in up.body. */
 typedef struct {
   int on;
   int ended;          /* the upstream finished meanwhile, with: */
   upstream_kind kind;
   int refused;        /* nothing kept its marker: 503 once the upstream is gone */
+  int released;       /* a status not kept: the key was released, no marker */
 } gw_spill_state;
 
 /* An exchange: one request and everything needed to answer it, by concern. */

@@ -210,6 +210,25 @@ class Replay(GatewayTestCase):
             self.assertEqual(c.read_response().json()["target"], "/after")
         text = gw.admin_request("GET", "/metrics").body.decode()
         self.assertRegex(text, r'(?m)^idem_requests_total\{outcome="executed"\} ([5-9]|\d\d+)$')
+
+    def test_large_answer_of_a_released_status_releases_the_key(self):
+        # a 5xx (or 408/409/425/429) is passed on and releases the key
+        # whatever its size: past --max-response it streams to its client,
+        # and no 502 marker takes the key, so a retry runs again
+        gw = self.start_gateway(self.up, "--max-response", "1KiB", admin=True)
+        for st, extra in ((503, {}), (429, {"X-Test-Chunked": "1"}), (500, {})):
+            key = "big-released-%d" % st
+            h = dict(extra, **{"X-Test-Body-Bytes": "5000", "X-Test-Status": str(st)})
+            r1 = gw.request("POST", "/big", body=b"x", key=key, headers=h)
+            self.assertEqual((r1.status, len(r1.body)), (st, 5000), self.gw_log())
+            self.assertTrue(r1.body == body_bytes(key, 1, 5000), "answer corrupted (%d)" % st)
+            r2 = gw.request("POST", "/big", body=b"x", key=key)
+            self.assertEqual(r2.status, 200, "%d: %r\n%s" % (st, r2, self.gw_log()))
+            self.assertFalse(r2.replayed, r2)
+            self.assertEqual([int(f) for f in self.up.fences(key)], [1, 2])
+        text = gw.admin_request("GET", "/metrics").body.decode()
+        self.assertRegex(text, r'(?m)^idem_requests_total\{outcome="released"\} 3$')
+        self.assertRegex(text, r'(?m)^idem_inflight_leases 0$')
         # a client that hangs up while a big answer streams: the key is
         # still settled (the 502 was stored first) and the gateway goes on
         c = RawConn(gw.port)
