@@ -99,7 +99,8 @@ static int on_url(http_parser *p, const char *at, size_t len) {
 }
 
 /* Trailer fields (after a chunked body) are dropped, but held to
- * --max-header as the head is, counted the same way. http_parser's own
+ * --max-header as the head is, counted the same way (field lines as
+ * "Name: value" CRLF, and the blank line after them). http_parser's own
  * count of them depends on how the bytes arrive (a value that comes in one
  * read is skipped, not counted), so by it alone a trailer could pass or be
  * refused by the split of the reads. */
@@ -416,6 +417,9 @@ static int chunk_scan(gw_reqparser *rp, const char *d, size_t n) {
     case CK_END_LF:
       if (c != '\n')
         return refuse(rp, 400, "a line of a chunked body's trailer not ended by CRLF");
+      /* the blank line that ends the trailer counts, as the head's does */
+      if (rp->ck_state == CK_END_LF && count_trailer(rp, 2))
+        return -1;
       rp->ck_state = rp->ck_state == CK_FIELD_LF ? CK_TRAILER : CK_END;
       break;
     default: /* CK_END: http_parser stops at the end of the message */

@@ -254,6 +254,26 @@ static void test_trailer_is_held_to_max_header(void **state) {
   }
 }
 
+/* The trailer is counted as the head is: its field lines and the blank
+ * line after them, so a trailer of exactly --max-header passes and one
+ * byte more is 431, whatever the split of the reads. */
+static void test_trailer_counts_its_blank_line(void **state) {
+  (void)state;
+  static const char fmt[] = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "3\r\nabc\r\n0\r\nX-T: %0*d\r\n\r\n";
+  char text[2048];
+  /* "X-T: " + value + CRLF + CRLF: 1024 bytes with a value of 1015 */
+  int n = snprintf(text, sizeof text, fmt, 1015, 0);
+  for (size_t step = 0; step <= 7; step += 7) {
+    outcome o;
+    run(text, (size_t)n, step, &o);
+    assert_int_equal(o.n, 1);
+    release(&o);
+  }
+  n = snprintf(text, sizeof text, fmt, 1016, 0);
+  expect_error(text, (size_t)n, 431);
+}
+
 /* A head of len bytes whose last header is padded to fit. */
 static int padded_head(char *buf, size_t cap, const char *method, size_t len) {
   static const char fixed[] = " /p HTTP/1.1\r\nHost: h\r\nX-Pad: \r\n\r\n";
@@ -453,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_max_header_is_the_whole_head),
       cmocka_unit_test(test_trailer_is_held_to_max_header),
+      cmocka_unit_test(test_trailer_counts_its_blank_line),
       cmocka_unit_test(test_expect_continue_and_versions),
       cmocka_unit_test(test_trailers_dropped),
       cmocka_unit_test(test_eof_and_partial),
