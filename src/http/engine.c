@@ -707,13 +707,13 @@ static void handle(gw_exchange *ex) {
   }
   if (!rc)
     rc = policy_fingerprint(p, r, ex->idem.fp);
-  if (rc && shadow(ex)) {
-    forward(ex); /* nothing to compare it with: let it through */
+  if (rc == IDEM_EJSON) { /* a 400 for the body, counted as bad_key: in shadow too */
+    refuse_key(ex, "body-not-json", "Body is not JSON",
+               "this route fingerprints the JSON body, and this body is not JSON");
     return;
   }
-  if (rc == IDEM_EJSON) {
-    problem(ex, GW_OUT_BAD_KEY, 400, "body-not-json", "Body is not JSON",
-            "this route fingerprints the JSON body, and this body is not JSON", NULL);
+  if (rc && shadow(ex)) {
+    forward(ex); /* nothing to compare it with: let it through */
     return;
   }
   if (rc) {

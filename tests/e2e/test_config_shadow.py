@@ -61,6 +61,20 @@ class Shadow(ConfigTestCase):
         self.assertIn("key 'k1': enforce would have refused it (422", log)
         self.assertIn("key 'k2': enforce would have held it (409", log)
 
+    def test_shadow_counts_a_body_a_json_fingerprint_refuses(self):
+        # enforce answers 400 body-not-json (outcome bad_key) to a body that
+        # a json fingerprint cannot read: shadow counts and logs it as such
+        up, gw, _ = self.start_config_gateway(
+            "routes:\n  - match: {path: /v1/**}\n    mode: shadow\n    fingerprint: json\n",
+            admin=True)
+        r = gw.request("POST", "/v1/orders", body=b"{not json", key="nj")
+        self.assertEqual(r.status, 200, self.gw_log())
+        self.assertEqual(up.count("nj"), 1)
+        m = gw.admin_request("GET", "/metrics").body.decode()
+        self.assertEqual(counter(m, "idem_shadow_total", 'would="bad_key"'), 1, m)
+        self.assertEqual(counter(m, "idem_requests_total", 'outcome="bad_key"'), 0, m)
+        self.assertIn("key 'nj': enforce would have refused it (400", gw.stderr())
+
     def test_enforce_elsewhere(self):
         up, gw, _ = self.start_config_gateway(CONFIG)
         for _ in range(2):
