@@ -527,19 +527,21 @@ static void handler_failed(cs_job *j, int status, const char *what) {
   fail_dead(j, status, reason);
 }
 
-/* Whether the handler's answer is kept as the message's. Not a 431: the
- * headers it refused are the ones this consumer made of the message's
- * fields (handler.c), so its application never saw the message; it is
- * retried, then dead-lettered, rather than kept for good. */
-static int answer_kept(const cs_job *j, const upstream_response *r) {
-  return r->kind == UP_OK && r->status != 431 && (policy_status_stored(r->status) || j->too_large);
+/* Whether the handler's answer is kept as the message's (or, past
+ * --max-response, the marker in its place). Not a 431: the headers it
+ * refused are the ones this consumer made of the message's fields
+ * (handler.c), so its application never saw the message; it is retried,
+ * then dead-lettered, rather than kept for good. A status that is not kept
+ * (5xx, 429, ...) is retried whatever its size, as serve releases it. */
+static int answer_kept(const upstream_response *r) {
+  return r->kind == UP_OK && r->status != 431 && policy_status_stored(r->status);
 }
 
 static void on_answer(void *arg, upstream_response *r) {
   cs_job *j = arg;
   cs_metrics_observe(CS_HIST_HANDLER, since_us(j->op_ns));
   char what[64];
-  if (answer_kept(j, r)) {
+  if (answer_kept(r)) {
     if (j->bypass) {
       cs_answer a = {.status = r->status, .body = r->body.p ? r->body.p : "",
                      .body_len = r->body.len};

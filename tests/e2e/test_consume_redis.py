@@ -576,6 +576,18 @@ class Flags(ConsumeCase):
         self.assertEqual(rec["response"]["status"], 502)
         self.assertEqual(self.dead_letters(), [])
 
+    def test_a_5xx_over_max_response_is_retried_not_kept(self):
+        # a status that is not kept (5xx) is retried whatever its size, as
+        # serve releases the key; only a kept status gets the marker
+        self.h.script["big-5xx"] = [(503, 0)]
+        self.consumer("--max-response", "8B")
+        self.publish([{"message_id": "big-5xx", "body": "x"}])
+        self.wait_settled()
+        self.assertEqual([a["status"] for a in self.h.attempts("big-5xx")], [503, 200])
+        rec = self.record("big-5xx")
+        self.assertEqual((rec["state"], rec["fence"]), ("completed", 2))
+        self.assertEqual(self.dead_letters(), [])
+
     def test_on_store_error_open_delivers_without_a_record(self):
         c = self.consumer("--on-store-error", "open", store="redis://127.0.0.1:1", admin=True)
         self.publish([{"message_id": "open-1", "body": "x"}])
