@@ -2,6 +2,7 @@
 GET /keys/KEY shows one record, DELETE /keys/KEY lets the key run again. The
 admin routes are not on the main listener."""
 
+import os
 import re
 import urllib.parse
 
@@ -91,6 +92,32 @@ class Admin(GatewayTestCase):
             ("idem_lmdb_overlay_keys", "")] == 0, 10, what="the overlay to empty")
         m = parse_metrics(gw.admin_request("GET", "/metrics").body.decode())
         self.assertEqual(m[("idem_lmdb_overlay_bytes", "")], 0)
+
+    def test_every_metric_the_readme_lists_is_served(self):
+        # The README's /metrics row (and the cache tier's line) is the
+        # contract: each name it lists, with each value of a label it spells
+        # out (op=claim|complete|release; not outcome=…), is a sample of an lmdb: gateway
+        # with a --cache, from its start, before any request.
+        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                              "README.md")
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+        row = next(line for line in text.splitlines() if line.startswith("| `GET /metrics` |"))
+        cache = next(line for line in text.splitlines()
+                     if line.startswith("- `/metrics`: `idem_cache_hits_total`"))
+        listed = re.findall(r"`(idem_[a-z_]+)(?:\{([a-z_]+)=([^}`]+)\})?`", row + cache)
+        self.assertGreater(len(listed), 20, listed)
+        gw = self.start_gateway(self.up, "--cache", "memory:1MiB", admin=True,
+                                store="lmdb:%s/store" % self.tempdir())
+        served = parse_metrics(gw.admin_request("GET", "/metrics").body.decode())
+        names = {n for n, _ in served}
+        for name, label, values in listed:
+            base = {name, name + "_count"}  # a histogram's samples
+            self.assertTrue(base & names, "%s is not in /metrics" % name)
+            for v in values.replace("\\|", "|").split("|") if label and values != "…" else []:
+                self.assertTrue(any(n in base and '%s="%s"' % (label, v) in ls
+                                    for n, ls in served),
+                                '%s{%s="%s"} is not in /metrics' % (name, label, v))
 
     def test_get_and_delete_key(self):
         r1 = self.gw.request("POST", "/k", body=b"x", key="inspect-me")
