@@ -19,7 +19,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 IDEM=build/idem STORES="memory:,lmdb:" CONNS=64 WINDOW=4 OUT=""
 CMDLINE="bench/cpu_per_thread.sh $*"
-bench_options 2,15 "--idem=IDEM --stores=STORES --connections=CONNS --window=WINDOW --out=OUT" "$@"
+bench_options 2,14 "--idem=IDEM --stores=STORES --connections=CONNS --window=WINDOW --out=OUT" "$@"
 need_binary "$IDEM"
 command -v perf >/dev/null || { echo "cpu_per_thread.sh: needs perf (apt-get install linux-perf)" >&2; exit 2; }
 THREADS=2 DURATION=$((WINDOW + 4))s REPLAY_KEYS=1000 BODY='{"amount":1000,"currency":"eur"}'
