@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target idem
+# another program on 8080 would answer the wait below in the example API's
+# place, and the gateway would run in front of it: refuse instead
+if (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null; then
+  echo "run.sh: 127.0.0.1:8080 is in use by another program; the example API listens there" >&2
+  exit 1
+fi
 python3 examples/orders_upstream.py 8080 &
 upstream=$!
 trap 'kill $upstream 2>/dev/null || true' EXIT
@@ -18,6 +24,10 @@ for _ in $(seq 100); do
   kill -0 $upstream 2>/dev/null || { echo "run.sh: the example upstream did not start" >&2; exit 1; }
   sleep 0.1
 done
+if ! kill -0 $upstream 2>/dev/null || ! (exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null; then
+  echo "run.sh: the example upstream did not start" >&2
+  exit 1
+fi
 build/idem serve --listen 127.0.0.1:8081 --admin-listen 127.0.0.1:8082 \
   --upstream http://127.0.0.1:8080 --store lmdb:./idem-data "$@" &
 gateway=$!

@@ -4,7 +4,8 @@ scripts/run.sh in a copy of the tree (the files git knows, so the build is
 fresh), then the README's walk-through against it: the same request twice
 gives one order and a replay, another body under the key is 422, the example
 API counts one order; SIGTERM to the script stops the gateway and the API,
-and the script exits 0. Its fixed ports (8080 to 8082) must be free: when
+and the script exits 0. Run again with another program on 8080, it exits 1
+and starts no gateway in front of that program. Its fixed ports (8080 to 8082) must be free: when
 one is in use it exits 77, which ctest reports as skipped."""
 import http.client
 import json
@@ -82,6 +83,29 @@ def walk_through(proc):
     check(orders_created() == 1, "the orders API saw one request")
 
 
+def foreign_upstream(tmp):
+    """Another program on 8080: run.sh must not put the gateway in front of it."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", PORTS["upstream"]))
+        other.listen(16)
+        run = subprocess.Popen([os.path.join(tmp, "scripts", "run.sh")], cwd=tmp,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+        try:  # the build is done already: it has nothing to wait for
+            err = run.communicate(timeout=300)[1].decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            err = "still running after 300 s"
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait()
+        check(run.returncode == 1 and "8080 is in use" in err,
+              "another program on 8080: run.sh exits 1 and says so (%d: %s)"
+              % (run.returncode, err[-300:]))
+        check(not port_open(PORTS["gateway"]), "and no gateway is left listening on 8081")
+
+
 def main():
     busy = [p for p in PORTS.values() if port_open(p)]
     if busy:  # another program's ports: nothing this test can say (ctest: skipped)
@@ -107,6 +131,7 @@ def main():
         wait_for(lambda: not any(port_open(p) for p in PORTS.values()), timeout=30,
                  what="ports 8080 to 8082 to close")
         check(True, "the gateway and the example API are stopped")
+        foreign_upstream(tmp)
     finally:
         if proc and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
