@@ -134,12 +134,17 @@ static void flush(gw_access_buf *b) {
 
 static void on_flush_timer(uv_timer_t *t) {
   gw_access_buf *b = t->data;
+  pthread_mutex_lock(&b->lock);
   if (b->buf.len)
     flush(b);
+  pthread_mutex_unlock(&b->lock);
 }
 
+/* The lock is never destroyed: the main thread may flush the buffer after
+ * its worker stopped, until the process exits (it holds no resource). */
 void gw_access_buf_start(gw_access_buf *b, uv_loop_t *loop) {
   memset(b, 0, sizeof *b);
+  pthread_mutex_init(&b->lock, NULL);
   if (log_fd < 0)
     return;
   b->on = 1;
@@ -152,18 +157,29 @@ void gw_access_buf_start(gw_access_buf *b, uv_loop_t *loop) {
 void gw_access_buf_add(gw_access_buf *b, const gw_access_entry *e) {
   if (!b->on)
     return;
+  pthread_mutex_lock(&b->lock);
   size_t mark = b->buf.len;
   if (gw_access_line(&b->buf, e))
     b->buf.len = mark; /* out of memory: the line is lost, never half of it */
   if (b->buf.len >= FLUSH_BYTES)
     flush(b);
+  pthread_mutex_unlock(&b->lock);
 }
 
 void gw_access_buf_stop(gw_access_buf *b) {
   if (!b->on)
     return;
+  pthread_mutex_lock(&b->lock);
   flush(b);
   b->on = 0;
-  uv_close((uv_handle_t *)&b->timer, NULL);
   gw_buf_free(&b->buf);
+  pthread_mutex_unlock(&b->lock);
+  uv_close((uv_handle_t *)&b->timer, NULL);
+}
+
+void gw_access_buf_flush_now(gw_access_buf *b) {
+  pthread_mutex_lock(&b->lock);
+  if (b->on && b->buf.len)
+    flush(b);
+  pthread_mutex_unlock(&b->lock);
 }

@@ -9,6 +9,7 @@
 #ifndef IDEM_HTTP_ACCESS_LOG_H
 #define IDEM_HTTP_ACCESS_LOG_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,16 +44,22 @@ typedef struct {
 /* Append e as one JSON line to out: 0, or -1 out of memory. */
 int gw_access_line(gw_buf *out, const gw_access_entry *e);
 
-/* A worker's buffer, flushed by its own timer on its loop. */
+/* A worker's buffer, flushed by its own timer on its loop. The lock is
+ * the worker's but for gw_access_buf_flush_now (--drain-timeout, on the
+ * main thread). */
 typedef struct {
   gw_buf buf;
   uv_timer_t timer;
   int on;
+  pthread_mutex_t lock;
 } gw_access_buf;
 
 void gw_access_buf_start(gw_access_buf *b, uv_loop_t *loop);
 void gw_access_buf_add(gw_access_buf *b, const gw_access_entry *e);
 /* Write what is buffered, stop the timer and close it (close_cb may be NULL). */
 void gw_access_buf_stop(gw_access_buf *b);
+/* Write what is buffered, from any thread (the worker may be running): for
+ * an exit that does not wait for the worker to stop. */
+void gw_access_buf_flush_now(gw_access_buf *b);
 
 #endif

@@ -333,6 +333,9 @@ static void on_admin_stopped(void *arg) { (void)arg; }
  * durable: what is cut here was never acknowledged, and its lease holds. */
 static void on_drain_deadline(uv_timer_t *t) {
   gw_server *srv = t->data;
+  /* the lines of the requests answered so far: SIGTERM writes every one */
+  for (int i = 0; i < srv->nworkers; i++)
+    gw_access_buf_flush_now(&srv->workers[i].access);
   fprintf(stderr, "idem serve: --drain-timeout reached; exiting with %zu answers in the spool "
                   "(they drain at the next start) and requests still in flight cut\n",
           srv->spool ? gw_spool_depth(srv->spool) : 0);

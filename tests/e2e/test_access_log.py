@@ -1,7 +1,8 @@
 """--access-log: one JSON line per request with its route, key, scope hash,
 outcome, fence, status and latencies; hostile targets and keys stay valid
 JSON; an absolute-form target is logged in the origin form sent upstream;
-lines buffered in the gateway reach the file by SIGTERM (none lost);
+lines buffered in the gateway reach the file by SIGTERM (none lost), also
+when --drain-timeout cuts a request still in flight;
 SIGUSR1 reopens the path after a move (logrotate); `-` writes to standard
 output; a path that cannot be opened stops serve with status 2."""
 
@@ -10,7 +11,8 @@ import os
 import signal
 import subprocess
 
-from harness import GatewayTestCase, RawConn, idem_bin, main, wait_for
+from harness import (GatewayTestCase, RawConn, idem_bin, main, request_in_background,
+                     wait_for)
 
 
 def lines(path):
@@ -193,6 +195,21 @@ class AccessLog(GatewayTestCase):
             gw.request("POST", "/n", body=b"x", key="n%d" % i)
         got = self.stop_and_read(gw)  # SIGTERM; no second has to pass
         self.assertEqual(sorted(x["key"] for x in got), sorted("n%d" % i for i in range(300)))
+
+    def test_drain_timeout_still_writes_the_lines_of_answered_requests(self):
+        # --drain-timeout ends the drain with a request still in flight: the
+        # lines of the requests answered before it are written all the same
+        gw = self.gateway("--drain-timeout", "300ms")
+        gw.request("POST", "/fast", body=b"x", key="answered")
+        t, res = request_in_background(gw, "POST", "/slow", body=b"x", key="cut",
+                                       headers={"X-Test-Delay-Ms": "5000"})
+        self.assertEqual(self.up.wait_count("cut", 1), 1, gw.stderr())
+        gw.proc.send_signal(signal.SIGTERM)  # before the 1 s flush timer
+        self.assertEqual(gw.wait_exit(10), 0, gw.stderr())
+        self.assertIn("--drain-timeout reached", gw.stderr())
+        t.join(10)
+        self.assertNotIn("r", res)  # cut, never answered
+        self.assertEqual([x["key"] for x in lines(self.log)], ["answered"])
 
     def test_lines_reach_the_file_within_seconds(self):
         gw = self.gateway()
