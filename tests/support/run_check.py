@@ -5,8 +5,10 @@ fresh), then the README's walk-through against it: the same request twice
 gives one order and a replay, another body under the key is 422, the example
 API counts one order; SIGTERM to the script stops the gateway and the API,
 and the script exits 0. Run again with another program on 8080, it exits 1
-and starts no gateway in front of that program. Its fixed ports (8080 to 8082) must be free: when
-one is in use it exits 77, which ctest reports as skipped."""
+and starts no gateway in front of that program. Last, the README's "By hand"
+block, pasted whole, prints order 1 with fence 1, a replay and a 422. Its
+fixed ports (8080 to 8082) must be free: when one is in use it exits 77,
+which ctest reports as skipped."""
 import http.client
 import json
 import os
@@ -106,6 +108,41 @@ def foreign_upstream(tmp):
         check(not port_open(PORTS["gateway"]), "and no gateway is left listening on 8081")
 
 
+def by_hand_block():
+    """The sh block under the README's "By hand", as a reader pastes it."""
+    text = open(os.path.join(SRC, "README.md")).read()
+    section = text.split("### By hand", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def by_hand(tmp):
+    """The README's "By hand" block, pasted whole: the first curl prints the
+    order with fence 1 (no 502 from a gateway started before its API)."""
+    shutil.rmtree(os.path.join(tmp, "idem-data"), ignore_errors=True)
+    log = os.path.join(tmp, "by-hand.log")  # not a pipe: what it starts keeps it open
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["bash", "-c", by_hand_block()], cwd=tmp, stdout=f,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=60)
+        out = open(log, errors="replace").read()
+    finally:  # the API and the gateway it started in the background
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    wait_for(lambda: not any(port_open(p) for p in PORTS.values()), timeout=30,
+             what="ports 8080 to 8082 to close")
+    first = out.split("\n", 1)[0]
+    check(first.startswith('{"order": 1,') and first.endswith('"fence": "1"}'),
+          "the README's By hand block: the first request prints order 1, fence 1: %r"
+          % out[:400])
+    check("Idempotent-Replayed: true" in out and "422 Unprocessable" in out
+          and '"key":"order-7f3a","state":"completed"' in out,
+          "then a replay, a 422 and the record from the admin listener")
+
+
 def main():
     busy = [p for p in PORTS.values() if port_open(p)]
     if busy:  # another program's ports: nothing this test can say (ctest: skipped)
@@ -132,6 +169,7 @@ def main():
                  what="ports 8080 to 8082 to close")
         check(True, "the gateway and the example API are stopped")
         foreign_upstream(tmp)
+        by_hand(tmp)
     finally:
         if proc and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
