@@ -96,6 +96,16 @@ class Lifecycle(GatewayTestCase):
             with open(log) as f:
                 self.assertIn('"key":"%s"' % key, f.read(), sig.name)
 
+    def test_sighup_without_config_and_sigusr1_without_access_log_change_nothing(self):
+        gw = self.start_gateway(self.up)
+        gw.proc.send_signal(signal.SIGHUP)
+        gw.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: "SIGHUP: no --config file to reload; nothing changes" in gw.stderr(), 5,
+                 what="the SIGHUP logged")
+        self.assertTrue(gw.alive(), gw.stderr())
+        self.assertEqual(gw.request("POST", "/a", body=b"x", key="hup").status, 200)
+        self.assertEqual(gw.stop(), 0, gw.stderr())
+
     def test_sigterm_in_flight_result_is_stored(self):
         d = self.tempdir()
         gw = self.start_gateway(self.up, store="lmdb:%s/s" % d)
