@@ -6,11 +6,12 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 
-from harness import (GatewayTestCase, Gateway, free_port, main, request_in_background, run_idem,
-                     wait_for)
+from harness import (GatewayTestCase, Gateway, free_port, idem_bin, main, request_in_background,
+                     run_idem, wait_for)
 
 DURATION_FORM = re.compile(r"\d+\s*(ms|s|m|h)\b")
 SIZE_FORM = re.compile(r"\d+\s*(KiB|MiB|GiB|B)\b")
@@ -105,6 +106,39 @@ class Lifecycle(GatewayTestCase):
         self.assertTrue(gw.alive(), gw.stderr())
         self.assertEqual(gw.request("POST", "/a", body=b"x", key="hup").status, 200)
         self.assertEqual(gw.stop(), 0, gw.stderr())
+
+    def test_a_reload_or_logrotate_during_start_up_does_not_kill_it(self):
+        # SIGHUP and SIGUSR1 kill by default: serve ignores them from its
+        # first step until its loop handles them (a logrotate's SIGUSR1 or a
+        # systemd reload that came while it started killed it). The config
+        # file is a FIFO, so that serve waits in its start until written.
+        d = self.tempdir()
+        fifo = os.path.join(d, "idem.yaml")
+        os.mkfifo(fifo)
+        err = open(os.path.join(d, "stderr"), "w+")
+        self.addCleanup(err.close)
+        proc = subprocess.Popen([idem_bin(), "serve", "--config", fifo, "--listen", "127.0.0.1:0",
+                                 "--store", "lmdb:%s/s" % d], stderr=err)
+        self.addCleanup(lambda: proc.poll() is not None or (proc.kill(), proc.wait()))
+
+        def writer():  # opens once serve has the FIFO open to read
+            try:
+                return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                return None
+        fd = wait_for(lambda: writer() if proc.poll() is None else -1, 10,
+                      what="serve opening its config file")
+        self.assertGreaterEqual(fd, 0, open(err.name).read())
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.1)  # their delivery, which is asynchronous (not a wait for a condition)
+        os.write(fd, ("upstream: %s\n" % self.up.url).encode())
+        os.close(fd)
+        wait_for(lambda: proc.poll() is not None or "listening on" in open(err.name).read(), 10,
+                 what="serve listening")
+        self.assertIsNone(proc.poll(), open(err.name).read())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(15), 0, open(err.name).read())
 
     def test_sigterm_in_flight_result_is_stored(self):
         d = self.tempdir()
