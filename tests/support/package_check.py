@@ -126,7 +126,8 @@ def check_unit(root, tmp):
         print("skip systemd-analyze verify: not on this machine")
         return
     unit = open(os.path.join(root, "usr/lib/systemd/system/idem.service")).read()
-    for key in ("DynamicUser=yes", "StateDirectory=idem", "ExecReload=/bin/kill -HUP $MAINPID"):
+    for key in ("DynamicUser=yes", "StateDirectory=idem", "LogsDirectory=idem",
+                "ExecReload=/bin/kill -HUP $MAINPID"):
         check(key in unit, "idem.service has " + key)
     # verify checks that ExecStart exists: point it at the unpacked binary
     path = os.path.join(tmp, "idem.service")
