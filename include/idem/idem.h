@@ -231,7 +231,8 @@ typedef struct {
 } idem_result;
 
 /* Deep copy and release of results, for callers who keep one past its
- * callback (the blocking facade hands out copies). */
+ * callback (the blocking facade hands out copies). idem_result_copy: 0,
+ * IDEM_ENOMEM (dst left cleared) or IDEM_EINVAL for a NULL argument. */
 IDEM_API int idem_result_copy(idem_result *dst, const idem_result *src);
 IDEM_API void idem_result_clear(idem_result *res);
 

@@ -146,6 +146,8 @@ const char *idem_outcome_name(idem_outcome outcome) {
 }
 
 int idem_result_copy(idem_result *dst, const idem_result *src) {
+  if (!dst || !src)
+    return IDEM_EINVAL;
   *dst = *src;
   dst->record = NULL;
   dst->records = NULL;

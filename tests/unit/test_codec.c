@@ -125,8 +125,22 @@ static void copy_is_deep(void **state) {
   idem_record_clear(&copy); /* twice is harmless */
 }
 
+/* Like idem_record_copy, idem_result_copy returns 0 or an IDEM_E* code
+ * (README: "Functions return 0 or a negative IDEM_E* code"): a NULL
+ * argument is IDEM_EINVAL, not a crash. */
+static void result_copy_refuses_null(void **state) {
+  (void)state;
+  idem_result res = {.outcome = IDEM_CLAIMED, .fence = 3}, copy = {0};
+  assert_int_equal(idem_result_copy(NULL, &res), IDEM_EINVAL);
+  assert_int_equal(idem_result_copy(&copy, NULL), IDEM_EINVAL);
+  assert_int_equal(idem_result_copy(&copy, &res), 0);
+  assert_int_equal(copy.fence, 3);
+  idem_result_clear(&copy);
+}
+
 UNIT_TESTS(cmocka_unit_test(round_trip),
            cmocka_unit_test(empty_response_decodes_to_null_parts),
            cmocka_unit_test(every_truncation_is_refused),
            cmocka_unit_test(damaged_fields_are_refused),
-           cmocka_unit_test(copy_is_deep))
+           cmocka_unit_test(copy_is_deep),
+           cmocka_unit_test(result_copy_refuses_null))
