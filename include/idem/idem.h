@@ -241,7 +241,10 @@ IDEM_API void idem_result_clear(idem_result *res);
  * stored record (NULL when the store has none), an operation of kind claim,
  * complete, fail, release or get, and the store's clock, it fills *res and
  * tells what to write: IDEM_WRITE_NONE, or IDEM_WRITE_PUT with *next to store
- * (next borrows memory from cur and op). The memory and LMDB stores run it;
+ * (next borrows memory from cur and op). A NULL op, next or res gives
+ * IDEM_EINVAL (also in res->err when res is given) and nothing to write;
+ * an operation of another kind, IDEM_WRITE_NONE with res->err IDEM_EINVAL.
+ * The memory and LMDB stores run it;
  * the Redis Lua script and PostgreSQL statements mirror it.
  */
 enum { IDEM_WRITE_NONE = 0, IDEM_WRITE_PUT = 1 };

@@ -113,6 +113,13 @@ static int finish(const idem_record *cur, const idem_op *op, int64_t now,
 
 int idem_transition(const idem_record *cur, const idem_op *op, int64_t now_ms,
                     idem_record *next, idem_result *res) {
+  if (!op || !next || !res) {
+    if (res) {
+      memset(res, 0, sizeof *res);
+      res->err = IDEM_EINVAL;
+    }
+    return IDEM_EINVAL;
+  }
   memset(res, 0, sizeof *res);
   switch (op->kind) {
   case IDEM_OP_CLAIM:

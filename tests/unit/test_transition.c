@@ -292,6 +292,22 @@ static void other_operations_are_not_transitions(void **state) {
   }
 }
 
+/* Missing arguments are refused, not dereferenced: IDEM_EINVAL, returned
+ * and in res->err when there is a res, and nothing to write. */
+static void null_arguments_are_einval(void **state) {
+  (void)state;
+  idem_record next;
+  idem_result res;
+  idem_op op = claim_op(FP_A, 0);
+  assert_int_equal(idem_transition(NULL, NULL, NOW, &next, &res), IDEM_EINVAL);
+  assert_int_equal(res.err, IDEM_EINVAL);
+  assert_int_equal(idem_transition(NULL, &op, NOW, NULL, &res), IDEM_EINVAL);
+  assert_int_equal(res.err, IDEM_EINVAL);
+  assert_int_equal(idem_transition(NULL, &op, NOW, &next, NULL), IDEM_EINVAL);
+  assert_int_equal(idem_transition(NULL, &op, NOW, &next, &res), IDEM_WRITE_PUT);
+  assert_int_equal(res.err, 0);
+}
+
 /* ---- invariants over every combination --------------------------------- */
 
 static void invariants_hold_everywhere(void **state) {
@@ -348,4 +364,5 @@ UNIT_TESTS(cmocka_unit_test(claim_follows_the_table),
            cmocka_unit_test(endings_follow_the_table),
            cmocka_unit_test(get_sees_only_live_records),
            cmocka_unit_test(other_operations_are_not_transitions),
+           cmocka_unit_test(null_arguments_are_einval),
            cmocka_unit_test(invariants_hold_everywhere))
