@@ -296,7 +296,12 @@ IDEM_API int idem_store_open(struct uv_loop_s *loop, const char *uri,
  * through any handle of the process on that store, with a cache or not,
  * clears the key. A record deleted or
  * replaced through another process is replayed from here for at most the
- * ttl (default 60s). IDEM_EURI for a malformed cache URI, with errmsg.
+ * ttl (default 60s). Or redis://[user:pass@]host[:port][/db][?options]
+ * (the Redis store's URI and options; not in a build without Redis): one
+ * cache shared by every process pointed at it, its entries named by scope
+ * and key alone, so give each store of record its own prefix=; a delete
+ * through a handle that uses it clears it there too. IDEM_EURI for a
+ * malformed cache URI, with errmsg.
  */
 IDEM_API int idem_store_open_cached(struct uv_loop_s *loop, const char *uri,
                                     const char *cache_uri, idem_store **out,
