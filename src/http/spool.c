@@ -562,23 +562,18 @@ static drain_item *item_take(const MDB_val *k, const MDB_val *v) {
   return it;
 }
 
-static int key_cmp(const MDB_val *k, const unsigned char *b, size_t blen) {
-  int c = memcmp(k->mv_data, b, k->mv_size < blen ? k->mv_size : blen);
-  return c ? c : (k->mv_size > blen) - (k->mv_size < blen);
-}
-
 /* Copy this store's entries from start (or the first one after it, with
- * after) on, while below stop (none: to the last), into items up to
- * DRAIN_BATCH. */
+ * after) on, up to stop (NULL: to the last), into items up to DRAIN_BATCH. */
 static size_t take_range(gw_spool *sp, MDB_cursor *cur, MDB_val start, int after,
-                         const unsigned char *stop, size_t stop_len, drain_item **items, size_t n) {
+                         const MDB_val *stop, drain_item **items, size_t n) {
+  MDB_txn *txn = mdb_cursor_txn(cur);
   MDB_val k = start, v;
   int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-  if (!rc && after && !key_cmp(&k, start.mv_data, start.mv_size))
+  if (!rc && after && !mdb_cmp(txn, sp->dbi, &k, &start))
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
   while (!rc && n < DRAIN_BATCH && k.mv_size > STORE_ID_LEN &&
          !memcmp(k.mv_data, sp->store_id, STORE_ID_LEN) &&
-         (!stop || key_cmp(&k, stop, stop_len) <= 0)) {
+         (!stop || mdb_cmp(txn, sp->dbi, &k, stop) <= 0)) {
     if ((items[n] = item_take(&k, &v)))
       n++;
     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
@@ -599,11 +594,11 @@ static size_t take_batch(gw_spool *sp, drain_item **items) {
   if (!mdb_cursor_open(txn, sp->dbi, &cur)) {
     MDB_val first = {STORE_ID_LEN, sp->store_id};
     if (sp->resume_len) {
-      MDB_val from = {sp->resume_len, sp->resume};
-      n = take_range(sp, cur, from, 1, NULL, 0, items, n);
-      n = take_range(sp, cur, first, 0, sp->resume, sp->resume_len, items, n);
+      MDB_val resume = {sp->resume_len, sp->resume};
+      n = take_range(sp, cur, resume, 1, NULL, items, n);
+      n = take_range(sp, cur, first, 0, &resume, items, n);
     } else {
-      n = take_range(sp, cur, first, 0, NULL, 0, items, n);
+      n = take_range(sp, cur, first, 0, NULL, items, n);
     }
     mdb_cursor_close(cur);
   }
