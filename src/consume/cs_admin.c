@@ -19,8 +19,6 @@ struct cs_admin {
   cs_admin_hooks h;
 };
 
-#define READY_PROBE_KEY "idem-readyz-probe"
-
 /* The store answered the probe: not found is a good answer. */
 static void on_probe(idem_store *st, const idem_result *res, void *arg) {
   gw_admin_req *r = arg;
@@ -41,7 +39,7 @@ static void on_probe(idem_store *st, const idem_result *res, void *arg) {
 static void readyz(cs_admin *a, gw_admin_req *r, gw_buf *body) {
   const char *missing = a->h.not_ready(a->h.arg);
   idem_store *st = missing ? NULL : a->h.store(a->h.arg);
-  idem_op op = {.kind = IDEM_OP_GET, .key = READY_PROBE_KEY};
+  idem_op op = {.kind = IDEM_OP_GET, .key = GW_ADMIN_READY_PROBE_KEY};
   int rc = st ? idem_store_submit(st, &op, on_probe, r) : 0;
   if (st && !rc)
     return;

@@ -110,8 +110,6 @@ static void on_store(idem_store *st, const idem_result *res, void *arg) {
 /* /readyz: the store answered a read of a key nobody uses (not found is a
  * good answer); anything else means this gateway cannot serve keyed
  * requests, so a load balancer should send them elsewhere. */
-#define READY_PROBE_KEY "idem-readyz-probe"
-
 static void on_ready(idem_store *st, const idem_result *res, void *arg) {
   gw_admin_req *r = arg;
   (void)st;
@@ -206,7 +204,7 @@ static void route(void *arg, gw_admin_req *r) {
   if (gw_ieq(u, plen, "/healthz") && get) {
     gw_admin_reply(r, 200, "text/plain", "ok\n", 3);
   } else if (gw_ieq(u, plen, "/readyz") && get) {
-    idem_op op = {.kind = IDEM_OP_GET, .key = READY_PROBE_KEY};
+    idem_op op = {.kind = IDEM_OP_GET, .key = GW_ADMIN_READY_PROBE_KEY};
     submit_admin_op(r, &op, on_ready);
   } else if (gw_ieq(u, plen, "/metrics") && m == HTTP_GET) {
     gw_buf b = {0};

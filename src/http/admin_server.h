@@ -22,6 +22,10 @@
 
 #define GW_ADMIN_MAX_CONNS 64
 
+/* The key both listeners' /readyz reads: one nobody uses, so that the
+ * store's "not found" is the good answer and nothing is written. */
+#define GW_ADMIN_READY_PROBE_KEY "idem-readyz-probe"
+
 typedef struct gw_admin_server gw_admin_server;
 typedef struct gw_admin_req gw_admin_req;
 

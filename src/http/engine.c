@@ -324,8 +324,8 @@ static void stream_upstream_done(gw_exchange *ex, upstream_kind kind) {
                                                              : GW_OUT_UPSTREAM_ERROR)
                           : ex->spill.released ? GW_OUT_RELEASED
                           : ex->idem.claimed   ? GW_OUT_EXECUTED
-                          : ex->idem.bypass  ? GW_OUT_STORE_BYPASS
-                                             : GW_OUT_PASSTHROUGH);
+                          : ex->idem.bypass    ? GW_OUT_STORE_BYPASS
+                                               : GW_OUT_PASSTHROUGH);
   if (seen != UP_OK)
     fprintf(stderr, "idem serve: upstream %s %.*s: %s midway; answer cut\n",
             ex->req->method, log_len(ex->req), ex->req->target.p, up_kind_text[kind]);
