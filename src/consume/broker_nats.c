@@ -192,25 +192,32 @@ static natsStatus send_settle(nmsg *m, settle_op op, int64_t delay_ms) {
   return s;
 }
 
+/* Room for one more header in m: 0, or -1 out of memory. Each name
+ * usually comes once, so the first nkeys slots are made at once. */
+static int header_room(nmsg *m, size_t *cap, int nkeys) {
+  if (m->m.nheaders < *cap)
+    return 0;
+  size_t want = *cap ? *cap * 2 : (size_t)nkeys;
+  cs_header *h = realloc(m->m.headers, (want + 1) * sizeof *h);
+  if (!h)
+    return -1;
+  memset(h + *cap, 0, (want + 1 - *cap) * sizeof *h);
+  m->m.headers = h;
+  *cap = want;
+  return 0;
+}
+
 /* Every value of every header, in order: a header given twice is passed
  * on, and dead-lettered, twice. Its first value is the one a key, the
  * message id or the Content-Type is read from. */
 static void take_headers(nmsg *m, natsMsg *nm, const char **keys, int nkeys) {
-  size_t total = 0;
+  size_t cap = 0;
   for (int i = 0; i < nkeys; i++) {
-    const char **vals = NULL;
-    int n = 0;
-    if (natsMsgHeader_Values(nm, keys[i], &vals, &n) == NATS_OK && n > 0)
-      total += (size_t)n;
-    free((void *)vals);
-  }
-  m->m.headers = calloc(total + 1, sizeof *m->m.headers);
-  for (int i = 0; m->m.headers && i < nkeys; i++) {
     const char **vals = NULL;
     int n = 0;
     if (natsMsgHeader_Values(nm, keys[i], &vals, &n) != NATS_OK)
       n = 0;
-    for (int k = 0; k < n && m->m.nheaders < total; k++) {
+    for (int k = 0; k < n && !header_room(m, &cap, nkeys); k++) {
       cs_header *h = &m->m.headers[m->m.nheaders++];
       h->name = strdup(keys[i]);
       h->value = strdup(vals[k] ? vals[k] : "");
